@@ -1,0 +1,1108 @@
+"""Kafka RecordBatch v2 bytes: the header view brokers use and the full codec clients use.
+
+Owns the on-disk/on-wire batch format (magic 2, KIP-98; Kafka's message-format
+docs and ``DefaultRecordBatch``), big-endian::
+
+    offset  field                 type
+         0  baseOffset            int64   \\ LOG_OVERHEAD (12 bytes)
+         8  batchLength           int32   /  bytes after this field
+        12  partitionLeaderEpoch  int32     (KIP-101; outside the CRC so a leader can stamp it)
+        16  magic                 int8 = 2
+        17  crc                   uint32    CRC-32C of bytes 21..end of batch
+        21  attributes            int16     bits 0-2 codec, 3 timestamp type, 4 transactional,
+                                            5 control, 6 delete horizon (KIP-534)
+        23  lastOffsetDelta       int32
+        27  baseTimestamp         int64
+        35  maxTimestamp          int64
+        43  producerId            int64
+        51  producerEpoch         int16
+        53  baseSequence          int32
+        57  recordCount           int32
+        61  records...                      (one compressed block when the codec is not NONE)
+
+Two audiences, two halves:
+
+- Brokers and the raft log (the hot path) use :class:`BatchHeader`,
+  :func:`iter_batches`, :func:`scan_valid_prefix` and :func:`stamp_batches`.
+  They read and patch the 61-byte header through a ``memoryview`` and check the
+  CRC with the hardware ``crc32c`` package; their cost is per batch, never per
+  record, and they never copy or decompress the records section (DESIGN.md §3).
+- Clients, raft (control records) and tools (``kraftlog log dump``) use
+  :func:`build_batch` and :func:`decode_batches`, which encode/decode every
+  record with :mod:`kraftlog.storage.varint` and :mod:`kraftlog.storage.compression`.
+
+Bad bytes raise :class:`~kraftlog.errors.CorruptRecordError` whose message and
+``position`` name the byte where the batch (or field) starts; no ``IndexError``
+or ``struct.error`` escapes. Bad *arguments* to the encoder raise ``ValueError``
+naming the field. This module is a pure core: no I/O framework, no clock
+(callers pass ``now_ms``).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import crc32c
+
+from kraftlog.errors import CorruptRecordError, KraftlogError
+from kraftlog.storage import compression as codecs
+from kraftlog.storage import varint
+from kraftlog.storage.compression import CompressionType as CompressionType
+
+MAGIC = 2
+LOG_OVERHEAD = 12
+"""baseOffset int64 + batchLength int32: the part of a batch that batchLength does not count."""
+HEADER_SIZE = 61
+"""The full v2 batch header; the records section starts here."""
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+"""The smallest possible batchLength (an empty records section)."""
+
+BASE_OFFSET_OFFSET = 0
+LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
+
+COMPRESSION_CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG_MASK = 0x10
+CONTROL_FLAG_MASK = 0x20
+DELETE_HORIZON_FLAG_MASK = 0x40
+
+NO_TIMESTAMP = -1
+"""Kafka's RecordBatch.NO_TIMESTAMP: what max_timestamp reports when nothing had a timestamp."""
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+_INT16 = (-(1 << 15), (1 << 15) - 1)
+_INT32 = (varint.INT32_MIN, varint.INT32_MAX)
+_INT64 = (varint.INT64_MIN, varint.INT64_MAX)
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_FRAME = struct.Struct(">qi")  # baseOffset, batchLength: enough to step to the next batch
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_I8 = struct.Struct(">b")
+_CONTROL_KEY = struct.Struct(">hh")
+assert _HEADER.size == HEADER_SIZE
+_MAX_CODEC_ID = max(CompressionType)
+
+
+class TimestampType(enum.IntEnum):
+    """Attributes bit 3: who set the timestamps (KIP-32)."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class ControlRecordType(enum.IntEnum):
+    """Type id in a control record's key (Kafka ``ControlRecordType``).
+
+    Raft writes LEADER_CHANGE when a leader is elected (KIP-595) and
+    SNAPSHOT_HEADER/FOOTER around a snapshot (KIP-630); KRAFT_VERSION and
+    KRAFT_VOTERS come from KIP-853. UNKNOWN stands for an id this code does not know.
+    """
+
+    UNKNOWN = -1
+    ABORT = 0
+    COMMIT = 1
+    LEADER_CHANGE = 2
+    SNAPSHOT_HEADER = 3
+    SNAPSHOT_FOOTER = 4
+    KRAFT_VERSION = 5
+    KRAFT_VOTERS = 6
+
+
+CONTROL_RECORD_KEY_VERSION = 0
+
+
+def encode_control_record_key(record_type: ControlRecordType) -> bytes:
+    """The 4-byte key of a control record: version int16 (0), type int16."""
+    if record_type is ControlRecordType.UNKNOWN:
+        raise ValueError("cannot encode a control record key of type UNKNOWN")
+    return _CONTROL_KEY.pack(CONTROL_RECORD_KEY_VERSION, int(record_type))
+
+
+def decode_control_record_key(key: bytes | None) -> ControlRecordType:
+    """Parse a control record's key; an unknown type id gives ``UNKNOWN``.
+
+    Raises CorruptRecordError when the key is missing, shorter than 4 bytes or
+    has a negative version (Kafka's ``ControlRecordType.parseTypeId``).
+    """
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptRecordError(
+            f"control record key must be at least {_CONTROL_KEY.size} bytes, got "
+            f"{'null' if key is None else len(key)}"
+        )
+    version, type_id = _CONTROL_KEY.unpack_from(key, 0)
+    if version < 0:
+        raise CorruptRecordError(f"control record key has invalid negative version {version}")
+    try:
+        return ControlRecordType(type_id)
+    except ValueError:
+        return ControlRecordType.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Header:
+    """A record header: a UTF-8 key and an optional value (KIP-82)."""
+
+    key: str
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """A decoded record with absolute offset and timestamp."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordInput:
+    """A record as a client hands it to :func:`build_batch`.
+
+    ``timestamp_ms`` None means "now" (the encoder's ``now_ms``), as a Kafka
+    producer stamps a record without a timestamp at send time.
+    """
+
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[Header, ...] = ()
+    timestamp_ms: int | None = None
+
+
+def _as_view(buf: bytes | bytearray | memoryview) -> memoryview:
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    if view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+    return view
+
+
+def _check_range(field: str, value: int, bounds: tuple[int, int]) -> None:
+    if not isinstance(value, int) or not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{field}={value!r} is outside [{bounds[0]}, {bounds[1]}]")
+
+
+def _compression_of(attributes: int, position: int) -> CompressionType:
+    codec = attributes & COMPRESSION_CODEC_MASK
+    try:
+        return CompressionType(codec)
+    except ValueError:
+        raise CorruptRecordError(
+            f"batch at byte {position} has unknown compression codec id {codec}",
+            position=position,
+        ) from None
+
+
+class BatchHeader:
+    """A zero-copy view of one batch's header inside a larger buffer.
+
+    Reads go straight to the buffer (nothing is cached, so the view never goes
+    stale). Setters patch the buffer in place and need a writable buffer
+    (``bytearray`` or a writable ``memoryview``). The view holds a
+    ``memoryview``: while it lives, a ``bytearray`` it looks into cannot be resized.
+
+    Construction only requires the 61 header bytes to be present; the CRC and
+    :attr:`view` need the whole batch (``validate()`` checks that).
+    """
+
+    __slots__ = ("_buf", "position")
+
+    _buf: memoryview
+    position: int
+
+    def __init__(self, buf: bytes | bytearray | memoryview, position: int = 0) -> None:
+        view = _as_view(buf)
+        available = len(view) - position
+        if position < 0 or available < HEADER_SIZE:
+            raise CorruptRecordError(
+                f"truncated batch header at byte {position}: need {HEADER_SIZE} bytes, "
+                f"{max(available, 0)} available",
+                position=position,
+            )
+        self._buf = view
+        self.position = position
+
+    @classmethod
+    def _at(cls, view: memoryview, position: int) -> BatchHeader:
+        # For iter_batches, which has already checked that the whole batch is present.
+        header = cls.__new__(cls)
+        header._buf = view
+        header.position = position
+        return header
+
+    # -- raw fields -----------------------------------------------------------------------
+    @property
+    def base_offset(self) -> int:
+        value: int = _I64.unpack_from(self._buf, self.position + BASE_OFFSET_OFFSET)[0]
+        return value
+
+    @property
+    def batch_length(self) -> int:
+        value: int = _I32.unpack_from(self._buf, self.position + LENGTH_OFFSET)[0]
+        return value
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        value: int = _I32.unpack_from(self._buf, self.position + PARTITION_LEADER_EPOCH_OFFSET)[0]
+        return value
+
+    @property
+    def magic(self) -> int:
+        value: int = _I8.unpack_from(self._buf, self.position + MAGIC_OFFSET)[0]
+        return value
+
+    @property
+    def crc(self) -> int:
+        value: int = _U32.unpack_from(self._buf, self.position + CRC_OFFSET)[0]
+        return value
+
+    @property
+    def attributes(self) -> int:
+        value: int = _I16.unpack_from(self._buf, self.position + ATTRIBUTES_OFFSET)[0]
+        return value
+
+    @property
+    def last_offset_delta(self) -> int:
+        value: int = _I32.unpack_from(self._buf, self.position + LAST_OFFSET_DELTA_OFFSET)[0]
+        return value
+
+    @property
+    def base_timestamp(self) -> int:
+        value: int = _I64.unpack_from(self._buf, self.position + BASE_TIMESTAMP_OFFSET)[0]
+        return value
+
+    @property
+    def max_timestamp(self) -> int:
+        value: int = _I64.unpack_from(self._buf, self.position + MAX_TIMESTAMP_OFFSET)[0]
+        return value
+
+    @property
+    def producer_id(self) -> int:
+        value: int = _I64.unpack_from(self._buf, self.position + PRODUCER_ID_OFFSET)[0]
+        return value
+
+    @property
+    def producer_epoch(self) -> int:
+        value: int = _I16.unpack_from(self._buf, self.position + PRODUCER_EPOCH_OFFSET)[0]
+        return value
+
+    @property
+    def base_sequence(self) -> int:
+        value: int = _I32.unpack_from(self._buf, self.position + BASE_SEQUENCE_OFFSET)[0]
+        return value
+
+    @property
+    def record_count(self) -> int:
+        value: int = _I32.unpack_from(self._buf, self.position + RECORDS_COUNT_OFFSET)[0]
+        return value
+
+    # -- derived --------------------------------------------------------------------------
+    @property
+    def compression(self) -> CompressionType:
+        """The codec; raises CorruptRecordError for an id outside 0..4."""
+        return _compression_of(self.attributes, self.position)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.attributes & TIMESTAMP_TYPE_MASK:
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        """KIP-534: when set, baseTimestamp is the compaction delete horizon."""
+        return bool(self.attributes & DELETE_HORIZON_FLAG_MASK)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def size_in_bytes(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+    @property
+    def view(self) -> memoryview:
+        """The whole batch's bytes (zero-copy), e.g. to append to a segment.
+
+        Raises CorruptRecordError when the buffer does not hold the whole batch.
+        """
+        return self._buf[self.position : self._end()]
+
+    @property
+    def records_view(self) -> memoryview:
+        """The (possibly compressed) records section after the header (zero-copy)."""
+        return self._buf[self.position + RECORDS_OFFSET : self._end()]
+
+    # -- checks ---------------------------------------------------------------------------
+    def _end(self) -> int:
+        length = self.batch_length
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch at byte {self.position} has invalid batch length {length} "
+                f"(minimum {MIN_BATCH_LENGTH})",
+                position=self.position,
+            )
+        end = self.position + LOG_OVERHEAD + length
+        if end > len(self._buf):
+            raise CorruptRecordError(
+                f"truncated batch at byte {self.position}: {LOG_OVERHEAD + length} bytes declared, "
+                f"{len(self._buf) - self.position} available",
+                position=self.position,
+            )
+        return end
+
+    def compute_crc(self) -> int:
+        """CRC-32C over attributes..end of batch (hardware ``crc32c``)."""
+        end = self._end()
+        value: int = crc32c.crc32c(self._buf[self.position + ATTRIBUTES_OFFSET : end])
+        return value
+
+    def validate(self) -> None:
+        """Check magic, batch length (against the buffer too), codec id and CRC.
+
+        Raises CorruptRecordError naming the batch's byte position and base offset.
+        """
+        magic = self.magic
+        if magic != MAGIC:
+            raise CorruptRecordError(
+                f"batch at byte {self.position} has unsupported magic {magic} (expected {MAGIC})",
+                position=self.position,
+            )
+        computed = self.compute_crc()
+        stored = self.crc
+        if computed != stored:
+            raise CorruptRecordError(
+                f"batch at byte {self.position} (base offset {self.base_offset}) fails its CRC: "
+                f"stored 0x{stored:08x}, computed 0x{computed:08x}",
+                position=self.position,
+            )
+        _compression_of(self.attributes, self.position)
+
+    def is_valid(self) -> bool:
+        """``validate()`` as a bool."""
+        try:
+            self.validate()
+        except CorruptRecordError:
+            return False
+        return True
+
+    # -- in-place patches -----------------------------------------------------------------
+    def _writable(self) -> memoryview:
+        if self._buf.readonly:
+            raise TypeError("cannot patch a batch header in a read-only buffer; use a bytearray")
+        return self._buf
+
+    def set_base_offset(self, offset: int) -> None:
+        """Overwrite baseOffset. It is outside the CRC range, so the CRC stays valid."""
+        _check_range("base_offset", offset, _INT64)
+        _I64.pack_into(self._writable(), self.position + BASE_OFFSET_OFFSET, offset)
+
+    def set_partition_leader_epoch(self, epoch: int) -> None:
+        """Overwrite partitionLeaderEpoch (KIP-101). Outside the CRC range: no CRC update."""
+        _check_range("partition_leader_epoch", epoch, _INT32)
+        _I32.pack_into(self._writable(), self.position + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+    def set_max_timestamp(self, timestamp_type: TimestampType, max_timestamp: int) -> None:
+        """Set the timestamp type bit and maxTimestamp, then recompute the CRC.
+
+        How a broker applies ``message.timestamp.type=LogAppendTime`` (KIP-32)
+        without decoding records: readers then take every record's timestamp from
+        maxTimestamp. Like Kafka's ``DefaultRecordBatch.setMaxTimestamp`` it is a
+        no-op when nothing changes. Header-only: the records section is only read
+        by the CRC.
+        """
+        _check_range("max_timestamp", max_timestamp, _INT64)
+        buf = self._writable()
+        attributes = self.attributes
+        if timestamp_type is TimestampType.LOG_APPEND_TIME:
+            new_attributes = attributes | TIMESTAMP_TYPE_MASK
+        else:
+            new_attributes = attributes & ~TIMESTAMP_TYPE_MASK
+        if new_attributes == attributes and self.max_timestamp == max_timestamp:
+            return
+        end = self._end()
+        _I16.pack_into(buf, self.position + ATTRIBUTES_OFFSET, new_attributes)
+        _I64.pack_into(buf, self.position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+        crc = crc32c.crc32c(buf[self.position + ATTRIBUTES_OFFSET : end])
+        _U32.pack_into(buf, self.position + CRC_OFFSET, crc)
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchHeader(position={self.position}, base_offset={self.base_offset}, "
+            f"last_offset={self.last_offset}, batch_length={self.batch_length}, "
+            f"partition_leader_epoch={self.partition_leader_epoch}, magic={self.magic}, "
+            f"crc=0x{self.crc:08x}, attributes=0x{self.attributes & 0xFFFF:04x}, "
+            f"record_count={self.record_count}, max_timestamp={self.max_timestamp})"
+        )
+
+
+def iter_batches(buf: bytes | bytearray | memoryview, position: int = 0) -> Iterator[BatchHeader]:
+    """Walk consecutive whole batches from ``position``.
+
+    Stops without error at an incomplete tail (fewer than 12 bytes, or fewer
+    than the batch's declared size; also what a garbage huge length looks like).
+    Raises CorruptRecordError for a batchLength below the v2 minimum (49) or a
+    magic other than 2. Does not check CRCs: call ``validate()`` on each header.
+    Mirrors Kafka's ``FileLogInputStream.nextBatch``.
+    """
+    _check_range("position", position, (0, varint.INT64_MAX))
+    view = _as_view(buf)
+    end = len(view)
+    pos = position
+    unpack_frame = _FRAME.unpack_from
+    while end - pos >= LOG_OVERHEAD:
+        length = unpack_frame(view, pos)[1]
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch at byte {pos} has invalid batch length {length} "
+                f"(minimum {MIN_BATCH_LENGTH})",
+                position=pos,
+            )
+        size = LOG_OVERHEAD + length
+        if end - pos < size:
+            return
+        magic = view[pos + MAGIC_OFFSET]
+        if magic != MAGIC:
+            raise CorruptRecordError(
+                f"batch at byte {pos} has unsupported magic {magic} (expected {MAGIC})",
+                position=pos,
+            )
+        yield BatchHeader._at(view, pos)
+        pos += size
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScanResult:
+    """What :func:`scan_valid_prefix` found.
+
+    ``valid_bytes`` counts from the scan's start position. ``max_timestamp`` is
+    NO_TIMESTAMP (-1) when no batch carried one. ``error`` says why the scan
+    stopped before the end of the buffer, and is None when every byte was valid.
+    """
+
+    valid_bytes: int
+    batch_count: int
+    first_offset: int | None
+    last_offset: int | None
+    max_timestamp: int
+    record_count: int
+    error: str | None
+
+
+def scan_valid_prefix(
+    buf: bytes | bytearray | memoryview, position: int = 0, *, check_crc: bool = True
+) -> ScanResult:
+    """Measure the longest prefix (from ``position``) made of whole, valid batches.
+
+    The log-recovery primitive (Kafka's ``LogSegment.recover``): a batch is
+    valid when its length is at least the v2 minimum and fits in the buffer,
+    magic is 2, the CRC matches (unless ``check_crc`` is False), its offsets are
+    non-negative with lastOffsetDelta >= 0 and recordCount >= 0, and its
+    baseOffset is above the previous batch's last offset. Never raises for bad
+    bytes: it reports the first problem in ``error``.
+    """
+    _check_range("position", position, (0, varint.INT64_MAX))
+    view = _as_view(buf)
+    end = len(view)
+    start = min(position, end)
+    pos = start
+    batch_count = 0
+    record_count = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    max_timestamp = NO_TIMESTAMP
+    error: str | None = None
+    unpack_header = _HEADER.unpack_from
+    unpack_frame = _FRAME.unpack_from
+    while pos < end:
+        remaining = end - pos
+        if remaining < LOG_OVERHEAD:
+            error = f"incomplete batch at byte {pos}: only {remaining} bytes remain"
+            break
+        length = unpack_frame(view, pos)[1]
+        if length < MIN_BATCH_LENGTH:
+            error = (
+                f"invalid batch length {length} at byte {pos} (minimum {MIN_BATCH_LENGTH})"
+            )
+            break
+        size = LOG_OVERHEAD + length
+        if remaining < size:
+            error = f"incomplete batch at byte {pos}: {size} bytes declared, {remaining} remain"
+            break
+        (
+            base_offset, _length, _epoch, magic, crc, _attributes, last_offset_delta,
+            _base_ts, batch_max_ts, _pid, _pepoch, _seq, count,
+        ) = unpack_header(view, pos)
+        if magic != MAGIC:
+            error = f"batch at byte {pos} has unsupported magic {magic} (expected {MAGIC})"
+            break
+        if check_crc:
+            computed = crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size])
+            if computed != crc:
+                error = (
+                    f"batch at byte {pos} (base offset {base_offset}) fails its CRC: "
+                    f"stored 0x{crc:08x}, computed 0x{computed:08x}"
+                )
+                break
+        if base_offset < 0 or last_offset_delta < 0 or count < 0:
+            error = (
+                f"batch at byte {pos} has invalid base offset {base_offset}, "
+                f"last offset delta {last_offset_delta} or record count {count}"
+            )
+            break
+        if last_offset is not None and base_offset <= last_offset:
+            error = (
+                f"batch at byte {pos} has base offset {base_offset}, not above the previous "
+                f"batch's last offset {last_offset}"
+            )
+            break
+        if first_offset is None:
+            first_offset = base_offset
+        last_offset = base_offset + last_offset_delta
+        max_timestamp = max(max_timestamp, batch_max_ts)
+        record_count += count
+        batch_count += 1
+        pos += size
+    return ScanResult(
+        valid_bytes=pos - start,
+        batch_count=batch_count,
+        first_offset=first_offset,
+        last_offset=last_offset,
+        max_timestamp=max_timestamp,
+        record_count=record_count,
+        error=error,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StampResult:
+    """What :func:`stamp_batches` assigned.
+
+    ``offset_of_max_timestamp`` is the *last* offset of the first batch carrying
+    ``max_timestamp`` (Kafka's "shallow" offset of the max timestamp, which the
+    time index stores); both are -1 when no batch has a timestamp.
+    """
+
+    first_offset: int
+    last_offset: int
+    batch_count: int
+    record_count: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+
+
+def stamp_batches(
+    buf: bytearray | memoryview, *, first_offset: int, leader_epoch: int
+) -> StampResult:
+    """Leader append: validate every batch, then assign offsets and the leader epoch.
+
+    First pass (nothing is modified if it fails): the buffer must be non-empty
+    and consist of whole batches only; each batch must have magic 2, a known
+    codec, a matching CRC, at least one record and lastOffsetDelta ==
+    recordCount - 1 (Kafka's ``LogValidator.validateBatch``; otherwise offsets
+    would have gaps or overlaps). Second pass: batch i gets baseOffset = the
+    previous batch's last offset + 1 (the first gets ``first_offset``) and
+    partitionLeaderEpoch = ``leader_epoch``. Both fields lie outside the CRC
+    range, so only header bytes are written and no CRC is recomputed.
+
+    Raises CorruptRecordError (with the byte position) for bad bytes,
+    ValueError for out-of-range arguments, TypeError for a read-only buffer.
+    """
+    view = _as_view(buf)
+    if view.readonly:
+        raise TypeError("stamp_batches needs a writable buffer (bytearray or writable memoryview)")
+    _check_range("first_offset", first_offset, (0, varint.INT64_MAX))
+    _check_range("leader_epoch", leader_epoch, _INT32)
+    end = len(view)
+    if end == 0:
+        raise CorruptRecordError("cannot append an empty set of record batches", position=0)
+    unpack_header = _HEADER.unpack_from
+    # (position, last_offset_delta, record_count, max_timestamp) per batch.
+    batches: list[tuple[int, int, int, int]] = []
+    pos = 0
+    while pos < end:
+        remaining = end - pos
+        if remaining < HEADER_SIZE:
+            raise CorruptRecordError(
+                f"partial batch at byte {pos}: {remaining} bytes left, a batch header needs "
+                f"{HEADER_SIZE}",
+                position=pos,
+            )
+        (
+            _base_offset, length, _epoch, magic, crc, attributes, last_offset_delta,
+            _base_ts, max_ts, _pid, _pepoch, _seq, count,
+        ) = unpack_header(view, pos)
+        if length < MIN_BATCH_LENGTH:
+            raise CorruptRecordError(
+                f"batch at byte {pos} has invalid batch length {length} "
+                f"(minimum {MIN_BATCH_LENGTH})",
+                position=pos,
+            )
+        size = LOG_OVERHEAD + length
+        if remaining < size:
+            raise CorruptRecordError(
+                f"partial batch at byte {pos}: {size} bytes declared, {remaining} present",
+                position=pos,
+            )
+        if magic != MAGIC:
+            raise CorruptRecordError(
+                f"batch at byte {pos} has unsupported magic {magic} (expected {MAGIC})",
+                position=pos,
+            )
+        computed = crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size])
+        if computed != crc:
+            raise CorruptRecordError(
+                f"batch at byte {pos} fails its CRC: stored 0x{crc:08x}, "
+                f"computed 0x{computed:08x}",
+                position=pos,
+            )
+        if attributes & COMPRESSION_CODEC_MASK > _MAX_CODEC_ID:
+            _compression_of(attributes, pos)  # raises, naming the codec id
+        if count <= 0 or last_offset_delta != count - 1:
+            raise CorruptRecordError(
+                f"batch at byte {pos} has record count {count} but last offset delta "
+                f"{last_offset_delta}; a produced batch needs count >= 1 and "
+                f"delta == count - 1",
+                position=pos,
+            )
+        batches.append((pos, last_offset_delta, count, max_ts))
+        pos += size
+
+    total_records = sum(batch[2] for batch in batches)
+    last_offset = first_offset + total_records - 1
+    if last_offset > varint.INT64_MAX:
+        raise ValueError(f"first_offset={first_offset} leaves no room for {total_records} records")
+
+    next_offset = first_offset
+    max_timestamp = NO_TIMESTAMP
+    offset_of_max_timestamp = -1
+    pack_i64 = _I64.pack_into
+    pack_i32 = _I32.pack_into
+    for batch_pos, last_delta, _count, max_ts in batches:
+        pack_i64(view, batch_pos + BASE_OFFSET_OFFSET, next_offset)
+        pack_i32(view, batch_pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
+        batch_last = next_offset + last_delta
+        if max_ts > max_timestamp:
+            max_timestamp = max_ts
+            offset_of_max_timestamp = batch_last
+        next_offset = batch_last + 1
+    return StampResult(
+        first_offset=first_offset,
+        last_offset=last_offset,
+        batch_count=len(batches),
+        record_count=total_records,
+        max_timestamp=max_timestamp,
+        offset_of_max_timestamp=offset_of_max_timestamp,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Full encoder (clients, raft)
+# ---------------------------------------------------------------------------------------
+
+
+def _bytes_field(field: str, data: object) -> bytes:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ValueError(f"{field} must be bytes or None, got {type(data).__name__}")
+    raw = bytes(data)
+    if len(raw) > varint.INT32_MAX:
+        raise ValueError(f"{field} is {len(raw)} bytes, more than int32 allows")
+    return raw
+
+
+def _encode_record(
+    out: list[bytes], index: int, record: RecordInput, timestamp_delta: int
+) -> None:
+    enc = varint.encode_varint
+    body: list[bytes] = [b"\x00", varint.encode_varlong(timestamp_delta), enc(index)]
+    if record.key is None:
+        body.append(enc(-1))
+    else:
+        key = _bytes_field(f"records[{index}].key", record.key)
+        body.append(enc(len(key)))
+        body.append(key)
+    if record.value is None:
+        body.append(enc(-1))
+    else:
+        value = _bytes_field(f"records[{index}].value", record.value)
+        body.append(enc(len(value)))
+        body.append(value)
+    body.append(enc(len(record.headers)))
+    for h_index, header in enumerate(record.headers):
+        if not isinstance(header, Header) or not isinstance(header.key, str):
+            raise ValueError(f"records[{index}].headers[{h_index}] must be a Header with a str key")
+        h_key = header.key.encode("utf-8")
+        body.append(enc(len(h_key)))
+        body.append(h_key)
+        if header.value is None:
+            body.append(enc(-1))
+        else:
+            h_value = _bytes_field(f"records[{index}].headers[{h_index}].value", header.value)
+            body.append(enc(len(h_value)))
+            body.append(h_value)
+    encoded = b"".join(body)
+    out.append(enc(len(encoded)))
+    out.append(encoded)
+
+
+def build_batch(
+    records: Sequence[RecordInput],
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    compression: CompressionType = CompressionType.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    now_ms: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    is_transactional: bool = False,
+    is_control: bool = False,
+) -> bytes:
+    """Encode one v2 batch holding ``records`` at consecutive offsets from ``base_offset``.
+
+    Timestamps: a record without one gets ``now_ms``; with LOG_APPEND_TIME every
+    record gets ``now_ms``. baseTimestamp is the first record's timestamp and
+    maxTimestamp the largest (Kafka's ``MemoryRecordsBuilder``). A control batch
+    (``is_control``) must carry control records: each key at least the 4-byte
+    (version, type) of :func:`encode_control_record_key`.
+
+    Raises ValueError (naming the field) for no records or out-of-range values,
+    KraftlogError for SNAPPY.
+    """
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    count = len(records)
+    _check_range("base_offset", base_offset, _INT64)
+    _check_range("record count", count, (1, varint.INT32_MAX))
+    _check_range("last offset", base_offset + count - 1, _INT64)
+    _check_range("partition_leader_epoch", partition_leader_epoch, _INT32)
+    _check_range("producer_id", producer_id, _INT64)
+    _check_range("producer_epoch", producer_epoch, _INT16)
+    _check_range("base_sequence", base_sequence, _INT32)
+    _check_range("now_ms", now_ms, _INT64)
+    codec = CompressionType(compression)
+    ts_type = TimestampType(timestamp_type)
+
+    timestamps: list[int] = []
+    for index, record in enumerate(records):
+        if not isinstance(record, RecordInput):
+            raise ValueError(f"records[{index}] must be a RecordInput, got {type(record).__name__}")
+        if ts_type is TimestampType.LOG_APPEND_TIME or record.timestamp_ms is None:
+            timestamps.append(now_ms)
+        else:
+            _check_range(f"records[{index}].timestamp_ms", record.timestamp_ms, _INT64)
+            timestamps.append(record.timestamp_ms)
+        if is_control and (record.key is None or len(record.key) < _CONTROL_KEY.size):
+            raise ValueError(
+                f"records[{index}] of a control batch needs a control record key "
+                "(version int16, type int16)"
+            )
+    base_timestamp = timestamps[0]
+    max_timestamp = max(timestamps)
+
+    parts: list[bytes] = []
+    for index, record in enumerate(records):
+        delta = timestamps[index] - base_timestamp
+        _check_range(f"records[{index}] timestamp delta", delta, _INT64)
+        _encode_record(parts, index, record, delta)
+    section = codecs.compress(codec, b"".join(parts))
+
+    attributes = int(codec) | (int(ts_type) << 3)
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG_MASK
+    if is_control:
+        attributes |= CONTROL_FLAG_MASK
+    batch_length = MIN_BATCH_LENGTH + len(section)
+    _check_range("batch length", batch_length, _INT32)
+
+    out = bytearray(HEADER_SIZE + len(section))
+    _HEADER.pack_into(
+        out, 0, base_offset, batch_length, partition_leader_epoch, MAGIC, 0, attributes,
+        count - 1, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+        count,
+    )
+    out[HEADER_SIZE:] = section
+    _U32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Full decoder (clients, tools)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodedBatch:
+    """A fully decoded batch: every header field plus its records.
+
+    ``position`` is where the batch started in the decoded buffer.
+    """
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    compression: CompressionType
+    timestamp_type: TimestampType
+    is_transactional: bool
+    is_control: bool
+    has_delete_horizon: bool
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    records: tuple[Record, ...]
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def size_in_bytes(self) -> int:
+        return LOG_OVERHEAD + self.batch_length
+
+
+class _RecordsCorrupt(Exception):
+    """Internal: a problem at ``offset`` bytes into the (decompressed) records section."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+def _read_varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    try:
+        return varint.decode_varint(data, pos)
+    except ValueError as exc:
+        raise _RecordsCorrupt(f"bad {what}: {exc}", pos) from None
+
+
+def _read_varlong(data: bytes, pos: int, what: str) -> tuple[int, int]:
+    try:
+        return varint.decode_varlong(data, pos)
+    except ValueError as exc:
+        raise _RecordsCorrupt(f"bad {what}: {exc}", pos) from None
+
+
+def _read_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(data, pos, f"{what} length")
+    if length == -1:
+        return None, pos
+    if length < -1:
+        raise _RecordsCorrupt(f"invalid {what} length {length}", pos)
+    if pos + length > limit:
+        raise _RecordsCorrupt(f"{what} length {length} runs past the end of its record", pos)
+    return data[pos : pos + length], pos + length
+
+
+def _decode_records(
+    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
+) -> tuple[Record, ...]:
+    records: list[Record] = []
+    pos = 0
+    end = len(data)
+    for index in range(count):
+        start = pos
+        if pos >= end:
+            raise _RecordsCorrupt(
+                f"record count says {count} records but the section ends after {index}", pos
+            )
+        length, pos = _read_varint(data, pos, "record length")
+        if length <= 0 or pos + length > end:
+            raise _RecordsCorrupt(
+                f"record {index} has invalid length {length} ({end - pos} bytes remain)", start
+            )
+        limit = pos + length
+        pos += 1  # record attributes int8: unused in v2
+        timestamp_delta, pos = _read_varlong(data, pos, "timestamp delta")
+        offset_delta, pos = _read_varint(data, pos, "offset delta")
+        key, pos = _read_bytes(data, pos, limit, "key")
+        value, pos = _read_bytes(data, pos, limit, "value")
+        header_count, pos = _read_varint(data, pos, "header count")
+        if header_count < 0:
+            raise _RecordsCorrupt(f"record {index} has negative header count {header_count}", pos)
+        headers: list[Header] = []
+        for _ in range(header_count):
+            if pos >= limit:
+                raise _RecordsCorrupt(f"record {index} ends inside its headers", pos)
+            h_key_start = pos
+            h_key, pos = _read_bytes(data, pos, limit, "header key")
+            if h_key is None:
+                raise _RecordsCorrupt(f"record {index} has a null header key", h_key_start)
+            h_value, pos = _read_bytes(data, pos, limit, "header value")
+            try:
+                key_text = h_key.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _RecordsCorrupt(
+                    f"record {index} header key is not UTF-8: {exc}", h_key_start
+                ) from None
+            headers.append(Header(key=key_text, value=h_value))
+        if pos != limit:
+            raise _RecordsCorrupt(
+                f"record {index} declares {length} bytes but its fields use {pos - limit + length}",
+                start,
+            )
+        timestamp = log_append_time if log_append_time is not None else (
+            base_timestamp + timestamp_delta
+        )
+        records.append(
+            Record(
+                offset=base_offset + offset_delta,
+                timestamp_ms=timestamp,
+                key=key,
+                value=value,
+                headers=tuple(headers),
+            )
+        )
+    if pos != end:
+        raise _RecordsCorrupt(
+            f"record count mismatch: {end - pos} bytes remain after the {count} declared records",
+            pos,
+        )
+    return tuple(records)
+
+
+def _decode_one(
+    header: BatchHeader, max_decompressed_bytes: int
+) -> DecodedBatch:
+    header.validate()
+    position = header.position
+    (
+        base_offset, batch_length, epoch, magic, crc, attributes, last_offset_delta,
+        base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
+    ) = _HEADER.unpack_from(header._buf, position)
+    codec = _compression_of(attributes, position)
+    if count < 0:
+        raise CorruptRecordError(
+            f"batch at byte {position} has negative record count {count}", position=position
+        )
+    section = header.records_view
+    if codec is CompressionType.NONE:
+        data = bytes(section)
+        where = "records section"
+        section_start = position + RECORDS_OFFSET
+    else:
+        try:
+            data = codecs.decompress(codec, section, max_size=max_decompressed_bytes)
+        except KraftlogError as exc:
+            raise CorruptRecordError(
+                f"batch at byte {position} (base offset {base_offset}): {exc}", position=position
+            ) from exc
+        where = f"decompressed {codec.name} records section"
+        section_start = -1
+    timestamp_type = (
+        TimestampType.LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK
+        else TimestampType.CREATE_TIME
+    )
+    log_append_time = max_timestamp if timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    try:
+        records = _decode_records(data, count, base_offset, base_timestamp, log_append_time)
+    except _RecordsCorrupt as exc:
+        if section_start >= 0:
+            at = section_start + exc.offset
+            raise CorruptRecordError(
+                f"batch at byte {position} (base offset {base_offset}): {exc} "
+                f"(at byte {at})",
+                position=at,
+            ) from None
+        raise CorruptRecordError(
+            f"batch at byte {position} (base offset {base_offset}): {exc} "
+            f"(at byte {exc.offset} of the {where})",
+            position=position,
+        ) from None
+    return DecodedBatch(
+        position=position,
+        base_offset=base_offset,
+        batch_length=batch_length,
+        partition_leader_epoch=epoch,
+        magic=magic,
+        crc=crc,
+        attributes=attributes,
+        compression=codec,
+        timestamp_type=timestamp_type,
+        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
+        is_control=bool(attributes & CONTROL_FLAG_MASK),
+        has_delete_horizon=bool(attributes & DELETE_HORIZON_FLAG_MASK),
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=count,
+        records=records,
+    )
+
+
+def decode_batches(
+    buf: bytes | bytearray | memoryview,
+    *,
+    allow_truncated_tail: bool = False,
+    max_decompressed_bytes: int = codecs.MAX_DECOMPRESSED_BYTES,
+) -> list[DecodedBatch]:
+    """Fully decode every batch in ``buf`` (CRC-checked), records included.
+
+    Raises CorruptRecordError naming the byte for any malformed batch or record,
+    a record count that does not match the records section, a decompression
+    failure, or (unless ``allow_truncated_tail``, for fetch responses cut at
+    max bytes the way Kafka consumers tolerate) trailing bytes that are not a
+    whole batch.
+    """
+    view = _as_view(buf)
+    decoded: list[DecodedBatch] = []
+    end = 0
+    for header in iter_batches(view):
+        decoded.append(_decode_one(header, max_decompressed_bytes))
+        end = header.position + header.size_in_bytes
+    if end != len(view) and not allow_truncated_tail:
+        raise CorruptRecordError(
+            f"incomplete batch at byte {end}: {len(view) - end} trailing bytes are not a whole batch",
+            position=end,
+        )
+    return decoded

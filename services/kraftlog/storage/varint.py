@@ -1,0 +1,119 @@
+"""Kafka's zigzag varint / varlong encoding (the record fields of RecordBatch v2).
+
+Owns the variable-length integer codec used inside a v2 record: record length,
+timestamp delta, offset delta, key/value/header lengths and the header count
+(KIP-98 introduced the format; Kafka's ``ByteUtils.writeVarint`` /
+``readVarlong``). Values are zigzag-mapped (0, -1, 1, -2, ... -> 0, 1, 2, 3, ...)
+and written 7 bits at a time, least significant group first, with the high bit
+of each byte meaning "more follows".
+
+Called by :mod:`kraftlog.storage.record_batch` when a client encodes or decodes
+records. It must never be used on the broker's produce/fetch path: brokers
+touch only batch headers, never individual records (DESIGN.md §3).
+
+Decoders raise :class:`ValueError` with the byte position; the record decoder
+turns that into a :class:`~kraftlog.errors.CorruptRecordError`.
+"""
+
+from __future__ import annotations
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+MAX_VARINT_BYTES = 5
+"""An int32 needs at most 5 groups of 7 bits (Kafka rejects a longer varint)."""
+MAX_VARLONG_BYTES = 10
+"""An int64 needs at most 10 groups of 7 bits."""
+
+# One-byte encodings cover -64..63, which is nearly every header count, attribute
+# and small delta; a table saves the loop for them.
+_SMALL: dict[int, bytes] = {n: bytes(((n << 1) ^ (n >> 63),)) for n in range(-64, 64)}
+
+
+def _zigzag_bytes(value: int) -> bytes:
+    # (n << 1) ^ (n >> 63) is the 64-bit zigzag map; for an n that fits in 32 bits it
+    # equals the 32-bit map too, so one function serves varint and varlong.
+    zz = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zz > 0x7F:
+        out.append((zz & 0x7F) | 0x80)
+        zz >>= 7
+    out.append(zz)
+    return bytes(out)
+
+
+def encode_varint(value: int) -> bytes:
+    """Encode a signed int32 as a zigzag varint. Raises ValueError outside int32."""
+    small = _SMALL.get(value)
+    if small is not None:
+        return small
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise ValueError(f"varint value {value} does not fit in int32")
+    return _zigzag_bytes(value)
+
+
+def encode_varlong(value: int) -> bytes:
+    """Encode a signed int64 as a zigzag varlong. Raises ValueError outside int64."""
+    small = _SMALL.get(value)
+    if small is not None:
+        return small
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"varlong value {value} does not fit in int64")
+    return _zigzag_bytes(value)
+
+
+def size_of_varint(value: int) -> int:
+    """Bytes :func:`encode_varint` / :func:`encode_varlong` would write for ``value``."""
+    zz = (value << 1) ^ (value >> 63)
+    size = 1
+    while zz > 0x7F:
+        zz >>= 7
+        size += 1
+    return size
+
+
+def _decode(buf: bytes, position: int, max_bytes: int, limit: int, what: str) -> tuple[int, int]:
+    raw = 0
+    shift = 0
+    pos = position
+    end = len(buf)
+    for _ in range(max_bytes):
+        if pos >= end:
+            raise ValueError(f"truncated {what} at byte {position}")
+        byte = buf[pos]
+        pos += 1
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if raw > limit:
+                raise ValueError(f"{what} at byte {position} overflows its width")
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+    raise ValueError(f"{what} at byte {position} is longer than {max_bytes} bytes")
+
+
+def decode_varint(buf: bytes, position: int) -> tuple[int, int]:
+    """Decode a zigzag int32 at ``position``; return ``(value, next_position)``.
+
+    Raises ValueError (naming the position) when the input ends mid-varint, the
+    varint is longer than 5 bytes, or its value does not fit in 32 bits.
+    """
+    if position < len(buf):
+        byte = buf[position]
+        if byte < 0x80:  # fast path: one byte
+            return (byte >> 1) ^ -(byte & 1), position + 1
+    return _decode(buf, position, MAX_VARINT_BYTES, 0xFFFF_FFFF, "varint")
+
+
+def decode_varlong(buf: bytes, position: int) -> tuple[int, int]:
+    """Decode a zigzag int64 at ``position``; return ``(value, next_position)``.
+
+    Raises ValueError (naming the position) like :func:`decode_varint`, with a
+    10-byte / 64-bit limit.
+    """
+    if position < len(buf):
+        byte = buf[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+    return _decode(buf, position, MAX_VARLONG_BYTES, 0xFFFF_FFFF_FFFF_FFFF, "varlong")
