@@ -1,0 +1,437 @@
+"""The pure half of ``kraftlog log dump``: turning a storage file's bytes into kafka-dump-log lines.
+
+Owns the text format of the dump (after Kafka's ``DumpLogSegments``): one line
+per record batch, one ``| offset: ...`` line per record with
+``--deep-iteration`` / ``--print-data-log``, ``offset: N position: P`` for
+``.index``, ``timestamp: T offset: O`` for ``.timeindex``, and the entries of
+checkpoint files, ``leader-epoch-checkpoint`` and ``meta.properties``.
+
+Called by :mod:`kraftlog.storage.commands`, which reads the files (honouring
+``--max-bytes``), picks the payload formatter (protobuf metadata records for
+``__cluster_metadata``) and prints. This module does no I/O and imports no
+protobuf: it must stay usable by the pure storage core and its tests.
+
+Corrupt input never raises: the result holds every line that could be
+decoded, then ``error`` says where (file and byte position or line) and why
+dumping stopped, so the command can exit 1.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kraftlog import errors
+from kraftlog.storage import checkpoint, meta_properties, record_batch
+
+PayloadFormatter = Callable[[bytes], str]
+"""Renders a record value for ``payload:``; must not raise (fall back to hex)."""
+
+ControlFormatter = Callable[["record_batch.ControlRecordType", bytes], str]
+"""Renders a control record's value given its type; must not raise."""
+
+MAX_BYTES_DEFAULT = 2**31 - 1
+"""kafka-dump-log's ``--max-bytes`` default (Integer.MAX_VALUE)."""
+
+NO_SEQUENCE = -1
+_MAX_SEQUENCE = 2**31 - 1
+_SEGMENT_NAME = re.compile(r"([0-9]{20})\.(log|index|timeindex)")
+_SNAPSHOT_NAME = re.compile(r"([0-9]{20})-([0-9]{10})\.checkpoint")
+_BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+_OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
+
+class FileKind(enum.Enum):
+    """What a file in a data directory is, decided by its name as kafka-dump-log does."""
+
+    LOG = "log"
+    OFFSET_INDEX = "index"
+    TIME_INDEX = "timeindex"
+    SNAPSHOT = "snapshot"  # a raft snapshot <offset>-<epoch>.checkpoint: record batches
+    OFFSET_CHECKPOINT = "offset-checkpoint"
+    LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+    META_PROPERTIES = "meta.properties"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DumpOptions:
+    print_data_log: bool = False
+    """Print each record's key and payload (implies deep iteration)."""
+    deep_iteration: bool = False
+    """Print one line per record, not only per batch."""
+    max_bytes: int = MAX_BYTES_DEFAULT
+    """Read at most this many bytes of a log file (the caller enforces it)."""
+
+    @property
+    def records(self) -> bool:
+        return self.deep_iteration or self.print_data_log
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DumpResult:
+    lines: tuple[str, ...]
+    error: str | None
+    """Why dumping stopped early, naming the file and where; None when the whole file was good."""
+
+
+def file_kind(name: str) -> FileKind:
+    if name == meta_properties.FILE_NAME:
+        return FileKind.META_PROPERTIES
+    if name == checkpoint.LEADER_EPOCH_CHECKPOINT:
+        return FileKind.LEADER_EPOCH_CHECKPOINT
+    if name in checkpoint.OFFSET_CHECKPOINT_FILES:
+        return FileKind.OFFSET_CHECKPOINT
+    if name.endswith(".log"):
+        return FileKind.LOG
+    if name.endswith(".index"):
+        return FileKind.OFFSET_INDEX
+    if name.endswith(".timeindex"):
+        return FileKind.TIME_INDEX
+    if name.endswith(".checkpoint"):
+        return FileKind.SNAPSHOT
+    return FileKind.UNKNOWN
+
+
+def base_offset_of(name: str) -> int | None:
+    """The base offset a segment or snapshot file name encodes, None when it encodes none."""
+    match = _SEGMENT_NAME.fullmatch(name) or _SNAPSHOT_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def escape_text(text: str) -> str:
+    """Make text safe for one output line: control characters and undecodable bytes
+    (``surrogateescape``) as ``\\xNN``, newline and tab as ``\\n`` / ``\\t``, ``\\`` doubled."""
+    out: list[str] = []
+    for char in text:
+        code = ord(char)
+        if char == "\\":
+            out.append("\\\\")
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\t":
+            out.append("\\t")
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif 0xDC80 <= code <= 0xDCFF:
+            # A byte that was not UTF-8, kept by the surrogateescape decoder.
+            out.append(f"\\x{code - 0xDC00:02x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def utf8_payload(value: bytes) -> str:
+    """The default payload rendering: UTF-8 text as Kafka prints it, undecodable bytes escaped."""
+    return escape_text(value.decode("utf-8", "surrogateescape"))
+
+
+def hex_payload(value: bytes) -> str:
+    return "0x" + value.hex()
+
+
+def hex_control(record_type: record_batch.ControlRecordType, value: bytes) -> str:
+    return hex_payload(value)
+
+
+def _increment_sequence(base_sequence: int, delta: int) -> int:
+    # Producer sequences wrap at Integer.MAX_VALUE (DefaultRecordBatch.incrementSequence).
+    if base_sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    if base_sequence > _MAX_SEQUENCE - delta:
+        return delta - (_MAX_SEQUENCE - base_sequence) - 1
+    return base_sequence + delta
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _timestamp_label(timestamp_type: record_batch.TimestampType) -> str:
+    if timestamp_type == record_batch.TimestampType.LOG_APPEND_TIME:
+        return "LogAppendTime"
+    return "CreateTime"
+
+
+def _codec_name(header: record_batch.BatchHeader) -> str:
+    try:
+        return header.compression.name.lower()
+    except errors.CorruptRecordError:
+        # An unknown codec id still gets a line; validate() reports it.
+        return f"unknown({header.attributes & 0x07})"
+
+
+def format_batch_line(header: record_batch.BatchHeader, *, position: int, is_valid: bool) -> str:
+    """One kafka-dump-log batch line for the batch whose header starts at byte ``position``."""
+    last_sequence = _increment_sequence(header.base_sequence, header.last_offset_delta)
+    return (
+        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
+        f"count: {header.record_count} baseSequence: {header.base_sequence} "
+        f"lastSequence: {last_sequence} producerId: {header.producer_id} "
+        f"producerEpoch: {header.producer_epoch} "
+        f"partitionLeaderEpoch: {header.partition_leader_epoch} "
+        f"isTransactional: {_bool(header.is_transactional)} isControl: {_bool(header.is_control)} "
+        f"position: {position} {_timestamp_label(header.timestamp_type)}: {header.max_timestamp} "
+        f"size: {header.size_in_bytes} magic: {header.magic} "
+        f"compresscodec: {_codec_name(header)} crc: {header.crc} "
+        f"isvalid: {_bool(is_valid)}"
+    )
+
+
+def _control_type(key: bytes | None) -> record_batch.ControlRecordType | str:
+    # Control records: transaction markers, and KRaft's own (KIP-595 LEADER_CHANGE,
+    # KIP-630 snapshot header/footer, KIP-853 kraft.version and voters).
+    try:
+        return record_batch.decode_control_record_key(key)
+    except errors.CorruptRecordError as exc:
+        return f"INVALID({exc})"
+
+
+def format_record_line(
+    record: record_batch.Record,
+    header: record_batch.BatchHeader,
+    *,
+    print_data_log: bool,
+    payload_formatter: PayloadFormatter,
+    control_formatter: ControlFormatter = hex_control,
+) -> str:
+    """One ``| offset: ...`` record line (Kafka's layout; key and payload only with print_data_log)."""
+    sequence = _increment_sequence(header.base_sequence, record.offset - header.base_offset)
+    key_size = -1 if record.key is None else len(record.key)
+    value_size = -1 if record.value is None else len(record.value)
+    header_keys = ",".join(escape_text(h.key) for h in record.headers)
+    line = (
+        f"| offset: {record.offset} {_timestamp_label(header.timestamp_type)}: {record.timestamp_ms} "
+        f"keySize: {key_size} valueSize: {value_size} sequence: {sequence} "
+        f"headerKeys: [{header_keys}]"
+    )
+    control_type = _control_type(record.key) if header.is_control else None
+    if control_type is not None:
+        name = control_type if isinstance(control_type, str) else control_type.name
+        line += f" controlType: {name}"
+    if print_data_log:
+        key = "null" if record.key is None else utf8_payload(record.key)
+        if control_type is not None:
+            if record.value is None:
+                payload = "null"
+            elif isinstance(control_type, str):
+                payload = hex_payload(record.value)
+            else:
+                payload = control_formatter(control_type, record.value)
+        else:
+            payload = "null" if record.value is None else payload_formatter(record.value)
+        line += f" key: {key} payload: {payload}"
+    return line
+
+
+def _describe_tail(data: bytes, position: int) -> str:
+    remaining = len(data) - position
+    if remaining < _BATCH_PREFIX.size:
+        return f"{remaining} trailing bytes are too few for a batch header (a torn write?)"
+    base_offset, batch_length = _BATCH_PREFIX.unpack_from(data, position)
+    needed = record_batch.LOG_OVERHEAD + batch_length
+    if remaining < record_batch.HEADER_SIZE:
+        return (f"incomplete batch header: {remaining} bytes remain, a v2 header needs "
+                f"{record_batch.HEADER_SIZE} (a torn write?)")
+    return (f"incomplete batch (baseOffset {base_offset}): it needs {needed} bytes but only "
+            f"{remaining} remain (a torn write?)")
+
+
+def dump_log(
+    data: bytes,
+    *,
+    path: str,
+    options: DumpOptions,
+    base_offset: int | None = None,
+    file_size: int | None = None,
+    payload_formatter: PayloadFormatter = utf8_payload,
+    control_formatter: ControlFormatter = hex_control,
+) -> DumpResult:
+    """Dump a ``.log`` segment (or a raft snapshot), given its first ``len(data)`` bytes.
+
+    ``file_size`` is the whole file's size when ``data`` was cut at
+    ``--max-bytes``: a batch cut by that limit is not corruption. Validation
+    follows recovery: the dump stops at the first batch with a bad size,
+    magic or CRC, or whose offsets go backwards, the point where
+    :func:`record_batch.scan_valid_prefix` would truncate.
+    """
+    lines = [f"Dumping {path}"]
+    if base_offset is not None:
+        lines.append(f"Log starting offset: {base_offset}")
+    limited = file_size is not None and file_size > len(data)
+    view = memoryview(data)
+    position = 0
+    next_offset: int | None = None
+    error: str | None = None
+    try:
+        for header in record_batch.iter_batches(view):
+            size = header.size_in_bytes
+            try:
+                header.validate()
+            except errors.CorruptRecordError as exc:
+                lines.append(format_batch_line(header, position=position, is_valid=False))
+                error = f"{path}: {exc}"
+                break
+            lines.append(format_batch_line(header, position=position, is_valid=True))
+            if next_offset is not None and header.base_offset < next_offset:
+                error = (f"{path}: batch at position {position} has baseOffset {header.base_offset} "
+                         f"below the previous batch's next offset {next_offset}")
+                break
+            next_offset = header.next_offset
+            if options.records:
+                for batch in record_batch.decode_batches(view[position:position + size]):
+                    for record in batch.records:
+                        lines.append(format_record_line(
+                            record, header, print_data_log=options.print_data_log,
+                            payload_formatter=payload_formatter,
+                            control_formatter=control_formatter,
+                        ))
+            position += size
+        else:
+            if position < len(data):
+                if limited:
+                    lines.append(f"Stopped at position {position}: --max-bytes {len(data)} reached "
+                                 f"(the file has {file_size} bytes)")
+                else:
+                    error = f"{path}: at position {position}: {_describe_tail(data, position)}"
+    except errors.CorruptRecordError as exc:
+        error = f"{path}: in the batch at position {position}: {exc}"
+    if error is None and limited and position == len(data):
+        lines.append(f"Stopped at position {position}: --max-bytes {len(data)} reached "
+                     f"(the file has {file_size} bytes)")
+    if error is not None:
+        lines.append(f"Error: {error}; {len(data) - position} bytes from position {position} not dumped")
+    return DumpResult(lines=tuple(lines), error=error)
+
+
+def dump_offset_index(data: bytes, *, path: str, base_offset: int) -> DumpResult:
+    """``offset: N position: P`` per ``.index`` entry (8 bytes: relative offset, position)."""
+    lines = [f"Dumping {path}"]
+    error: str | None = None
+    count = len(data) // _OFFSET_ENTRY.size
+    previous: tuple[int, int] | None = None
+    for index in range(count):
+        relative, position = _OFFSET_ENTRY.unpack_from(data, index * _OFFSET_ENTRY.size)
+        if index > 0 and relative == 0 and position == 0:
+            # Kafka preallocates index files; a zero entry after the first is unused space.
+            lines.append(f"(entries from {index} on are zero-filled preallocated space)")
+            return DumpResult(lines=tuple(lines), error=None)
+        if relative < 0 or position < 0 or (
+            previous is not None and (relative <= previous[0] or position <= previous[1])
+        ):
+            error = (f"{path}: entry {index} at byte {index * _OFFSET_ENTRY.size} "
+                     f"(relative offset {relative}, position {position}) does not increase "
+                     "past the previous entry")
+            break
+        lines.append(f"offset: {base_offset + relative} position: {position}")
+        previous = (relative, position)
+    else:
+        if len(data) % _OFFSET_ENTRY.size:
+            error = (f"{path}: {len(data) % _OFFSET_ENTRY.size} trailing bytes after {count} "
+                     f"entries are not a whole {_OFFSET_ENTRY.size}-byte entry (a torn write?)")
+    if error is not None:
+        lines.append(f"Error: {error}")
+    return DumpResult(lines=tuple(lines), error=error)
+
+
+def dump_time_index(data: bytes, *, path: str, base_offset: int) -> DumpResult:
+    """``timestamp: T offset: O`` per ``.timeindex`` entry (12 bytes: timestamp, relative offset)."""
+    lines = [f"Dumping {path}"]
+    error: str | None = None
+    count = len(data) // _TIME_ENTRY.size
+    previous: tuple[int, int] | None = None
+    for index in range(count):
+        timestamp, relative = _TIME_ENTRY.unpack_from(data, index * _TIME_ENTRY.size)
+        if index > 0 and timestamp == 0 and relative == 0:
+            lines.append(f"(entries from {index} on are zero-filled preallocated space)")
+            return DumpResult(lines=tuple(lines), error=None)
+        if relative < 0 or (
+            previous is not None and (timestamp <= previous[0] or relative < previous[1])
+        ):
+            error = (f"{path}: entry {index} at byte {index * _TIME_ENTRY.size} "
+                     f"(timestamp {timestamp}, relative offset {relative}) does not increase "
+                     "past the previous entry")
+            break
+        lines.append(f"timestamp: {timestamp} offset: {base_offset + relative}")
+        previous = (timestamp, relative)
+    else:
+        if len(data) % _TIME_ENTRY.size:
+            error = (f"{path}: {len(data) % _TIME_ENTRY.size} trailing bytes after {count} "
+                     f"entries are not a whole {_TIME_ENTRY.size}-byte entry (a torn write?)")
+    if error is not None:
+        lines.append(f"Error: {error}")
+    return DumpResult(lines=tuple(lines), error=error)
+
+
+def dump_offset_checkpoint(data: bytes, *, path: str) -> DumpResult:
+    lines = [f"Dumping {path}"]
+    try:
+        entries = checkpoint.parse_checkpoint(data, checkpoint.OffsetEntryFormatter(), path=path)
+    except errors.CorruptFileError as exc:
+        return DumpResult(lines=(*lines, f"Error: {exc}"), error=str(exc))
+    lines.append(f"version: {checkpoint.CURRENT_VERSION} entries: {len(entries)}")
+    lines.extend(f"topic: {tp.topic} partition: {tp.partition} offset: {offset}" for tp, offset in entries)
+    return DumpResult(lines=tuple(lines), error=None)
+
+
+def dump_leader_epoch_checkpoint(data: bytes, *, path: str) -> DumpResult:
+    lines = [f"Dumping {path}"]
+    try:
+        entries = checkpoint.parse_checkpoint(data, checkpoint.EpochEntryFormatter(), path=path)
+    except errors.CorruptFileError as exc:
+        return DumpResult(lines=(*lines, f"Error: {exc}"), error=str(exc))
+    lines.append(f"version: {checkpoint.CURRENT_VERSION} entries: {len(entries)}")
+    lines.extend(f"epoch: {e.epoch} startOffset: {e.start_offset}" for e in entries)
+    return DumpResult(lines=tuple(lines), error=None)
+
+
+def dump_meta_properties(data: bytes, *, path: str) -> DumpResult:
+    lines = [f"Dumping {path}"]
+    try:
+        props = meta_properties.parse_properties(data, path=path)
+    except errors.CorruptFileError as exc:
+        return DumpResult(lines=(*lines, f"Error: {exc}"), error=str(exc))
+    lines.append(f"version: {int(props.version)}")
+    lines.append(f"cluster.id: {props.cluster_id}")
+    lines.append(f"node.id: {props.node_id}")
+    lines.append(f"directory.id: {props.directory_id if props.directory_id is not None else '(none)'}")
+    lines.extend(f"{key}: {value}" for key, value in sorted(props.other.items()))
+    return DumpResult(lines=tuple(lines), error=None)
+
+
+def dump_file(
+    name: str,
+    data: bytes,
+    *,
+    path: str,
+    options: DumpOptions,
+    file_size: int | None = None,
+    payload_formatter: PayloadFormatter = utf8_payload,
+    control_formatter: ControlFormatter = hex_control,
+) -> DumpResult:
+    """Dispatch on the file name; ``name`` is the base name, ``path`` what to print."""
+    kind = file_kind(name)
+    base_offset = base_offset_of(name)
+    if kind in (FileKind.LOG, FileKind.SNAPSHOT):
+        return dump_log(data, path=path, options=options, base_offset=base_offset,
+                        file_size=file_size, payload_formatter=payload_formatter,
+                        control_formatter=control_formatter)
+    if kind in (FileKind.OFFSET_INDEX, FileKind.TIME_INDEX):
+        if base_offset is None:
+            error = f"{path}: file name is not <20-digit base offset>.{kind.value}"
+            return DumpResult(lines=(f"Dumping {path}", f"Error: {error}"), error=error)
+        if kind == FileKind.OFFSET_INDEX:
+            return dump_offset_index(data, path=path, base_offset=base_offset)
+        return dump_time_index(data, path=path, base_offset=base_offset)
+    if kind == FileKind.OFFSET_CHECKPOINT:
+        return dump_offset_checkpoint(data, path=path)
+    if kind == FileKind.LEADER_EPOCH_CHECKPOINT:
+        return dump_leader_epoch_checkpoint(data, path=path)
+    if kind == FileKind.META_PROPERTIES:
+        return dump_meta_properties(data, path=path)
+    error = (f"{path}: unknown file type (expected .log, .index, .timeindex, a snapshot "
+             ".checkpoint, a checkpoint file or meta.properties)")
+    return DumpResult(lines=(f"Error: {error}",), error=error)

@@ -1,0 +1,473 @@
+"""``kraftlog storage format|random-uuid|info`` and ``kraftlog log dump`` through ``cli.main``."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import struct
+
+import pytest
+
+from kraftlog import cli
+from kraftlog.storage import checkpoint, meta_properties, uuid
+from kraftlog.storage import record_batch as rb
+
+CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
+OTHER_CLUSTER = "AbCdEfGhIjKlMnOpQrStUg"
+DIR_ID_1 = "J8aAPcfLQt2bqs1JT_rMgQ"
+DIR_ID_2 = "PfT8tc0gTCu4o0O3p7QSVg"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def snapshot(root: pathlib.Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under root with its bytes and mtime, to prove nothing was touched."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+# --- random-uuid -------------------------------------------------------------------------
+
+
+def test_random_uuid_prints_a_fresh_parseable_cluster_id(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "storage", "random-uuid")
+    code2, out2, _ = run(capsys, "storage", "random-uuid")
+    assert code == code2 == 0
+    assert out != out2
+    value = uuid.parse_uuid(out.strip())
+    assert value not in uuid.RESERVED
+
+
+# --- format ------------------------------------------------------------------------------
+
+
+def test_format_fresh_dirs(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d1, d2 = tmp_path / "d1", tmp_path / "nested" / "d2"
+    code, out, err = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "3",
+                         "--data-dir", str(d1), "--data-dir", str(d2))
+    assert (code, err) == (0, "")
+    assert f"Formatting metadata directory {d1}" in out and f"Formatting directory {d2}" in out
+    p1, p2 = meta_properties.read(d1), meta_properties.read(d2)
+    assert p1 is not None and p2 is not None
+    assert (p1.cluster_id, p1.node_id, p2.cluster_id, p2.node_id) == (CLUSTER, 3, CLUSTER, 3)
+    assert p1.directory_id is not None and p2.directory_id is not None
+    assert p1.directory_id != p2.directory_id
+    text = (d1 / "meta.properties").read_text().splitlines()
+    assert text[0] == "#" and text[1].startswith("#") and "version=1" in text
+    assert (d1 / "__cluster_metadata-0").is_dir()
+    assert not (d2 / "__cluster_metadata-0").exists()
+    assert not (d1 / "__cluster_metadata-0" / "bootstrap-voters.json").exists()
+
+
+def test_format_separate_metadata_dir(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, meta = tmp_path / "data", tmp_path / "meta"
+    code, _, _ = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "0",
+                     "--data-dir", str(data), "--metadata-dir", str(meta))
+    assert code == 0
+    assert (meta / "__cluster_metadata-0").is_dir() and not (data / "__cluster_metadata-0").exists()
+    assert meta_properties.read(meta) is not None and meta_properties.read(data) is not None
+
+
+def test_reformat_with_same_ids_is_idempotent_and_leaves_bytes_unchanged(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("storage", "format", "--cluster-id", CLUSTER, "--node-id", "1", "--data-dir", str(tmp_path / "d"))
+    assert run(capsys, *args)[0] == 0
+    before = snapshot(tmp_path)
+    code, out, err = run(capsys, *args)
+    assert (code, err) == (0, "")
+    assert "already formatted" in out
+    assert snapshot(tmp_path) == before
+
+
+def test_reformat_formats_only_the_new_dir(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1", "--data-dir", str(d1))
+    before = (d1 / "meta.properties").read_bytes()
+    code, out, _ = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1",
+                       "--data-dir", str(d1), "--data-dir", str(d2))
+    assert code == 0 and "already formatted" in out and f"Formatting directory {d2}" in out
+    assert (d1 / "meta.properties").read_bytes() == before
+    assert meta_properties.read(d2) is not None
+
+
+@pytest.mark.parametrize(
+    ("cluster", "node", "reason"),
+    [(OTHER_CLUSTER, "1", f"is formatted for cluster {CLUSTER}, not {OTHER_CLUSTER}"),
+     (CLUSTER, "2", "is formatted for node 1, not 2")],
+)
+def test_reformat_for_another_cluster_or_node_is_refused_and_touches_nothing(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], cluster: str, node: str, reason: str
+) -> None:
+    formatted, fresh = tmp_path / "formatted", tmp_path / "fresh"
+    run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1", "--data-dir", str(formatted))
+    before = snapshot(tmp_path)
+    # The fresh dir comes first: it must not be formatted either (all dirs are checked first).
+    code, out, err = run(capsys, "storage", "format", "--cluster-id", cluster, "--node-id", node,
+                         "--data-dir", str(fresh), "--data-dir", str(formatted))
+    assert code == 1 and out == ""
+    assert err.startswith("kraftlog: error: refusing to format, nothing was written: ")
+    assert f"{formatted} {reason}" in err and err[-1] == "\n" and err.count("\n") == 1
+    assert snapshot(tmp_path) == before
+    assert not fresh.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (("--cluster-id", "not-a-uuid"), "cluster id does not appear to be a valid UUID"),
+        (("--cluster-id", "AAAAAAAAAAAAAAAAAAAAAA"), "this id is reserved"),
+        (("--cluster-id", CLUSTER, "--node-id", "-1"), "--node-id -1: a node id must be >= 0"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", "1@h:9093"), "no ':' after the port"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1h:9093:{DIR_ID_1}"), "no '@' found"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"x@h:9093:{DIR_ID_1}"), "node id 'x' is not"),
+        (("--cluster-id", CLUSTER, f"--initial-controllers=-2@h:9093:{DIR_ID_1}"), "node id -2 is negative"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1@h:0:{DIR_ID_1}"), "port 0 is not in"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1@h:65536:{DIR_ID_1}"), "port 65536 is not in"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1@h:p:{DIR_ID_1}"), "port 'p' is not"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1@:9093:{DIR_ID_1}"), "the host is empty"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1@[::1:9093:{DIR_ID_1}"), "no closing"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", "1@h:9093:short"), "directory id: 'short'"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", "1@h:9093:AAAAAAAAAAAAAAAAAAAAAA"), "is reserved"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1@a:1:{DIR_ID_1},1@b:2:{DIR_ID_2}"),
+         "node id 1 is given more than once"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", f"1@a:1:{DIR_ID_1},2@b:2:{DIR_ID_1}"),
+         f"directory id {DIR_ID_1} is given more than once"),
+        (("--cluster-id", CLUSTER, "--initial-controllers", " "), "no voters given"),
+        (("--cluster-id", CLUSTER, "--standalone"), "--standalone needs --controller-endpoint"),
+        (("--cluster-id", CLUSTER, "--standalone", "--controller-endpoint", "h"), "expected HOST:PORT"),
+        (("--cluster-id", CLUSTER, "--controller-endpoint", "h:1"), "only used with --standalone"),
+    ],
+)
+def test_format_rejects_bad_arguments_with_a_clear_error(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], reason: str
+) -> None:
+    argv = ["storage", "format", "--data-dir", str(tmp_path / "d"), *args]
+    if "--node-id" not in args:
+        argv += ["--node-id", "1"]
+    code, out, err = run(capsys, *argv)
+    assert code == 1 and out == ""
+    assert err.startswith("kraftlog: error: ") and reason in err, err
+    assert not (tmp_path / "d").exists()
+
+
+def test_format_needs_a_directory(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1")
+    assert code == 1 and "at least one --data-dir" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("storage", "format", "--cluster-id", CLUSTER, "--node-id", "one", "--data-dir", "x"),
+        ("storage", "format", "--node-id", "1", "--data-dir", "x"),
+        ("storage", "format", "--cluster-id", CLUSTER, "--node-id", "1", "--data-dir", "x",
+         "--standalone", "--initial-controllers", f"1@h:1:{DIR_ID_1}"),
+        ("storage",),
+        ("log", "dump"),
+    ],
+)
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(list(argv))
+    assert info.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_format_with_initial_controllers_records_the_bootstrap_voters(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = tmp_path / "meta"
+    voters = f"1@controller-0:9093:{DIR_ID_1},2@[::1]:9094:{DIR_ID_2}"
+    code, out, _ = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "2",
+                       "--metadata-dir", str(meta), "--initial-controllers", voters)
+    assert code == 0 and f"Initial controllers: {voters}" in out
+    props = meta_properties.read(meta)
+    assert props is not None and str(props.directory_id) == DIR_ID_2  # KIP-853: the voter's dir id
+    document = json.loads((meta / "__cluster_metadata-0" / "bootstrap-voters.json").read_text())
+    assert document["voters"] == [
+        {"voterId": 1, "voterDirectoryId": DIR_ID_1,
+         "endpoints": [{"name": "CONTROLLER", "host": "controller-0", "port": 9093}]},
+        {"voterId": 2, "voterDirectoryId": DIR_ID_2,
+         "endpoints": [{"name": "CONTROLLER", "host": "::1", "port": 9094}]},
+    ]
+    # Re-running is idempotent; a different voter directory id for this node is refused.
+    assert run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "2",
+               "--metadata-dir", str(meta), "--initial-controllers", voters)[0] == 0
+    code, _, err = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "2",
+                       "--metadata-dir", str(meta), "--initial-controllers", f"2@h:1:{DIR_ID_1}")
+    assert code == 1 and f"has directory.id {DIR_ID_2}" in err
+
+
+def test_format_standalone(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meta = tmp_path / "meta"
+    code, _, _ = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "5",
+                     "--metadata-dir", str(meta), "--standalone", "--controller-endpoint", "localhost:9093")
+    assert code == 0
+    props = meta_properties.read(meta)
+    document = json.loads((meta / "__cluster_metadata-0" / "bootstrap-voters.json").read_text())
+    assert props is not None
+    assert [(v["voterId"], v["voterDirectoryId"]) for v in document["voters"]] == [(5, str(props.directory_id))]
+
+
+def test_format_refuses_a_file_and_a_corrupt_meta_properties(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1",
+                       "--data-dir", str(tmp_path / "file"))
+    assert code == 1 and "exists and is not a directory" in err
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "meta.properties").write_text("version=7\n")
+    code, _, err = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1",
+                       "--data-dir", str(bad))
+    assert code == 1 and f"{bad / 'meta.properties'}: line 1: unknown meta.properties version '7'" in err
+
+
+# --- info --------------------------------------------------------------------------------
+
+
+def test_info_prints_metadata_and_contents(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "d"
+    run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "4", "--data-dir", str(d))
+    checkpoint.OffsetCheckpointFile(d / checkpoint.REPLICATION_OFFSET_CHECKPOINT).write({})
+    code, out, _ = run(capsys, "storage", "info", "--data-dir", str(d))
+    assert code == 0
+    assert f"cluster.id={CLUSTER}, node.id=4, directory.id=" in out
+    assert "__cluster_metadata-0/ (0 files" in out
+    assert "replication-offset-checkpoint (0 entries)" in out
+
+
+def test_info_reports_problems(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty, missing, bad = tmp_path / "empty", tmp_path / "missing", tmp_path / "bad"
+    empty.mkdir()
+    bad.mkdir()
+    (bad / "meta.properties").write_bytes(b"\xff\n")
+    code, out, _ = run(capsys, "storage", "info", "--data-dir", str(empty), "--data-dir", str(missing),
+                       "--data-dir", str(bad))
+    assert code == 1
+    assert f"Found problem: {empty} is not formatted" in out
+    assert f"Found problem: {missing} does not exist" in out
+    assert "line 1: not UTF-8 text" in out
+
+
+# --- log dump ----------------------------------------------------------------------------
+
+
+def write_segment(directory: pathlib.Path, *batches: bytes, base: int = 0) -> pathlib.Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{base:020d}.log"
+    path.write_bytes(b"".join(batches))
+    return path
+
+
+def two_batches() -> tuple[bytes, bytes]:
+    first = rb.build_batch(
+        [rb.RecordInput(key=b"k", value=b"hello", timestamp_ms=1000),
+         rb.RecordInput(value=b"line\nbreak", headers=(rb.Header(key="h1", value=b"v"),
+                                                       rb.Header(key="h2", value=None)), timestamp_ms=1001)],
+        base_offset=0, partition_leader_epoch=3,
+    )
+    second = rb.build_batch(
+        [rb.RecordInput(value=b"z" * 50, timestamp_ms=2000)], base_offset=2, partition_leader_epoch=4,
+        compression=rb.CompressionType.GZIP, producer_id=9, producer_epoch=1, base_sequence=5,
+    )
+    return first, second
+
+
+def test_dump_prints_batches_and_records(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = two_batches()
+    path = write_segment(tmp_path / "orders-0", first, second)
+    code, out, _ = run(capsys, "log", "dump", str(path), "--print-data-log")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:2] == [f"Dumping {path}", "Log starting offset: 0"]
+    assert lines[2] == (
+        "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 "
+        "producerEpoch: -1 partitionLeaderEpoch: 3 isTransactional: false isControl: false "
+        f"position: 0 CreateTime: 1001 size: {len(first)} magic: 2 compresscodec: none "
+        f"crc: {rb.BatchHeader(first).crc} isvalid: true"
+    )
+    assert lines[3] == ("| offset: 0 CreateTime: 1000 keySize: 1 valueSize: 5 sequence: -1 "
+                        "headerKeys: [] key: k payload: hello")
+    assert lines[4] == ("| offset: 1 CreateTime: 1001 keySize: -1 valueSize: 10 sequence: -1 "
+                        "headerKeys: [h1,h2] key: null payload: line\\nbreak")
+    assert lines[5].startswith("baseOffset: 2 lastOffset: 2 count: 1 baseSequence: 5 lastSequence: 5 "
+                               "producerId: 9 producerEpoch: 1 partitionLeaderEpoch: 4")
+    assert f"position: {len(first)} " in lines[5] and "compresscodec: gzip" in lines[5]
+    assert lines[6] == ("| offset: 2 CreateTime: 2000 keySize: -1 valueSize: 50 sequence: 5 "
+                        f"headerKeys: [] key: null payload: {'z' * 50}")
+    assert len(lines) == 7
+
+
+def test_dump_levels_of_detail(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_segment(tmp_path / "t-0", *two_batches())
+    _, batches_only, _ = run(capsys, "log", "dump", str(path))
+    assert [line[:11] for line in batches_only.splitlines()[2:]] == ["baseOffset:", "baseOffset:"]
+    _, deep, _ = run(capsys, "log", "dump", str(path), "--deep-iteration")
+    record_lines = [line for line in deep.splitlines() if line.startswith("| ")]
+    assert len(record_lines) == 3 and all("payload" not in line for line in record_lines)
+
+
+def test_dump_of_a_corrupt_crc_prints_the_valid_prefix_then_where_and_why(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = two_batches()
+    damaged = bytearray(second)
+    damaged[-1] ^= 0xFF
+    path = write_segment(tmp_path / "t-0", first, bytes(damaged), rb.build_batch([rb.RecordInput(value=b"a")], base_offset=3))
+    code, out, _ = run(capsys, "log", "dump", str(path), "--print-data-log")
+    assert code == 1
+    lines = out.splitlines()
+    assert "payload: hello" in out and "zzzz" not in out and "baseOffset: 3" not in out
+    assert lines[-2].startswith("baseOffset: 2 ") and lines[-2].endswith("isvalid: false")
+    assert lines[-1].startswith(f"Error: {path}: ") and "fails its CRC" in lines[-1]
+    assert lines[-1].endswith(f"bytes from position {len(first)} not dumped")
+
+
+def test_dump_of_a_torn_tail_and_of_garbage(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = two_batches()
+    torn = write_segment(tmp_path / "a-0", first, second[:30])
+    code, out, _ = run(capsys, "log", "dump", str(torn))
+    assert code == 1
+    assert out.splitlines()[-1] == (
+        f"Error: {torn}: at position {len(first)}: incomplete batch header: 30 bytes remain, a v2 "
+        f"header needs 61 (a torn write?); 30 bytes from position {len(first)} not dumped"
+    )
+    cut = write_segment(tmp_path / "b-0", first, second[:-5])
+    code, out, _ = run(capsys, "log", "dump", str(cut))
+    assert code == 1 and f"needs {len(second)} bytes but only {len(second) - 5} remain" in out
+    garbage = write_segment(tmp_path / "c-0", first, struct.pack(">qi", 7, 3) + b"junk")
+    code, out, _ = run(capsys, "log", "dump", str(garbage))
+    assert code == 1 and "invalid batch length 3" in out.splitlines()[-1]
+    tiny = write_segment(tmp_path / "d-0", b"\x00\x01")
+    code, out, _ = run(capsys, "log", "dump", str(tiny))
+    assert code == 1 and "2 trailing bytes are too few for a batch header" in out
+
+
+def test_dump_rejects_offsets_that_go_backwards(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, _ = two_batches()
+    path = write_segment(tmp_path / "t-0", first, first)
+    code, out, _ = run(capsys, "log", "dump", str(path))
+    assert code == 1 and "has baseOffset 0 below the previous batch's next offset 2" in out
+
+
+def test_dump_max_bytes_stops_early_without_error(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = two_batches()
+    path = write_segment(tmp_path / "t-0", first, second)
+    code, out, _ = run(capsys, "log", "dump", str(path), "--max-bytes", str(len(first) + 10))
+    assert code == 0
+    assert out.count("baseOffset:") == 1
+    assert f"--max-bytes {len(first) + 10} reached (the file has {len(first) + len(second)} bytes)" in out
+    assert run(capsys, "log", "dump", str(path), "--max-bytes", "0")[0] == 1
+
+
+def test_dump_of_control_records_names_their_type(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    key = rb.encode_control_record_key(rb.ControlRecordType.LEADER_CHANGE)
+    batch = rb.build_batch([rb.RecordInput(key=key, value=b"\x00\x01")], is_control=True, partition_leader_epoch=1)
+    path = write_segment(tmp_path / "t-0", batch)
+    code, out, _ = run(capsys, "log", "dump", str(path), "--print-data-log")
+    assert code == 0 and "isControl: true" in out
+    assert "controlType: LEADER_CHANGE" in out and "payload: 0x0001" in out
+
+
+def test_dump_of_the_metadata_log_decodes_protobuf_records(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kraftlog.v1 import metadata_pb2
+
+    record = metadata_pb2.MetadataRecord(topic_record=metadata_pb2.TopicRecord(name="orders"))
+    leader_change = metadata_pb2.LeaderChangeMessage(leader_id=2, voters=[1, 2, 3])
+    data = rb.build_batch([rb.RecordInput(value=record.SerializeToString()),
+                           rb.RecordInput(value=b"\x0a\x03abc"),
+                           rb.RecordInput(value=b"")], partition_leader_epoch=1)
+    control = rb.build_batch(
+        [rb.RecordInput(key=rb.encode_control_record_key(rb.ControlRecordType.LEADER_CHANGE),
+                        value=leader_change.SerializeToString())],
+        base_offset=3, is_control=True, partition_leader_epoch=2,
+    )
+    path = write_segment(tmp_path / "__cluster_metadata-0", data, control)
+    code, out, _ = run(capsys, "log", "dump", str(path), "--print-data-log")
+    assert code == 0
+    payloads = [line.split(" payload: ", 1)[1] for line in out.splitlines() if " payload: " in line]
+    assert payloads[0] == '{"topicRecord": {"name": "orders"}}'
+    assert payloads[1].startswith("0x0a03616263 (not a MetadataRecord: DecodeError")
+    assert payloads[2] == "{} (corrupt: no record type set)"
+    assert payloads[3] == '{"leaderId": 2, "voters": [1, 2, 3]}'
+    assert "controlType: LEADER_CHANGE" in out
+
+
+def test_dump_escapes_payloads_onto_one_line(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    value = b"a\\b\xffc\td\x01"
+    path = write_segment(tmp_path / "t-0", rb.build_batch([rb.RecordInput(key=b"\xfe", value=value)]))
+    code, out, _ = run(capsys, "log", "dump", str(path), "--print-data-log")
+    assert code == 0
+    assert out.splitlines()[-1].endswith("key: \\xfe payload: a\\\\b\\xffc\\td\\x01")
+
+
+def test_dump_of_a_partition_directory_and_its_other_files(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    part = tmp_path / "t-0"
+    write_segment(part, *two_batches(), base=100)
+    (part / f"{100:020d}.index").write_bytes(struct.pack(">iiii", 1, 0, 2, 89))
+    (part / f"{100:020d}.timeindex").write_bytes(struct.pack(">qiqi", 1001, 1, 2000, 2) + bytes(12))
+    (part / "leader-epoch-checkpoint").write_text("0\n2\n3 100\n4 102\n")
+    (part / "unrelated.txt").write_text("skip me")
+    code, out, _ = run(capsys, "log", "dump", str(part))
+    assert code == 0
+    assert "offset: 101 position: 0\noffset: 102 position: 89\n" in out
+    assert "timestamp: 1001 offset: 101\ntimestamp: 2000 offset: 102\n(entries from 2 on are zero-filled" in out
+    assert "epoch: 3 startOffset: 100\nepoch: 4 startOffset: 102\n" in out
+    assert "Log starting offset: 100" in out and "unrelated" not in out
+
+
+def test_dump_of_checkpoints_and_meta_properties(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "7", "--data-dir", str(tmp_path))
+    (tmp_path / "replication-offset-checkpoint").write_text("0\n1\norders 0 42\n")
+    code, out, _ = run(capsys, "log", "dump", str(tmp_path / "meta.properties"),
+                       str(tmp_path / "replication-offset-checkpoint"))
+    assert code == 0
+    assert f"cluster.id: {CLUSTER}\nnode.id: 7\n" in out
+    assert "topic: orders partition: 0 offset: 42" in out
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("replication-offset-checkpoint", b"0\n2\norders 0 42\n", "line 4: file ends after 1 entries"),
+        ("leader-epoch-checkpoint", b"1\n0\n", "line 1: unrecognised checkpoint version 1"),
+        ("meta.properties", b"garbage\n", "line 1: expected key=value"),
+        ("00000000000000000000.index", struct.pack(">ii", 1, 0) + b"\x00\x00", "2 trailing bytes after 1 entries"),
+        ("00000000000000000000.index", struct.pack(">iiii", 5, 100, 3, 200), "entry 1 at byte 8"),
+        ("00000000000000000000.timeindex", struct.pack(">qiqi", 9, 1, 5, 2), "entry 1 at byte 12"),
+        ("00000000000000000000.timeindex", b"\x01", "1 trailing bytes after 0 entries"),
+        ("bogus.index", b"", "file name is not <20-digit base offset>.index"),
+        ("notes.txt", b"", "unknown file type"),
+    ],
+)
+def test_dump_of_corrupt_small_files_names_file_and_place(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], name: str, content: bytes, reason: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, out, _ = run(capsys, "log", "dump", str(path))
+    assert code == 1
+    assert out.splitlines()[-1].startswith(f"Error: {path}") and reason in out, out
+
+
+def test_dump_of_a_missing_file_continues_with_the_others(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_segment(tmp_path / "t-0", two_batches()[0])
+    code, out, _ = run(capsys, "log", "dump", str(tmp_path / "nope.log"), str(path))
+    assert code == 1
+    assert f"Error: {tmp_path / 'nope.log'}: no such file" in out and "baseOffset: 0" in out
