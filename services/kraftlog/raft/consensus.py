@@ -1,0 +1,985 @@
+"""The raft client core: Kafka's ``KafkaRaftClient`` as a single-threaded, sans-I/O engine.
+
+Inputs, all carrying the caller's clock as ``now_ms``:
+
+* :meth:`RaftClient.poll` runs the current role (``poll_leader``,
+  ``poll_prospective``, ``poll_candidate``, ``poll_follower``, ``poll_unattached``,
+  ``poll_voted``, ``poll_resigned``), completes parked fetches, delivers committed
+  batches to the listener, and returns the absolute time of the next wake-up;
+* :meth:`RaftClient.handle_request` answers an inbound RPC, or returns ``PENDING``
+  for a Fetch parked in the purgatory (completed later through
+  ``MessageSink.complete``);
+* :meth:`RaftClient.handle_response` / :meth:`RaftClient.handle_send_failure`
+  for answers to what we sent through ``MessageSink.send``;
+* :meth:`RaftClient.propose`, :meth:`RaftClient.resign`,
+  :meth:`RaftClient.create_snapshot` for the state machine.
+
+Driver contract (the order etcd's ``Ready`` documents): call ``poll`` after every
+input and sleep until the returned time or the next message. Every durable
+change happens inside these calls before any message that depends on it is
+sent: the quorum-state is written before a vote is granted or a role switches
+(:mod:`.quorum_state`), and log entries are flushed before their offset counts
+towards the high watermark (leader) or is reported in the next Fetch (follower).
+
+Protocol rules implemented here (KIP-595 unless noted): vote and pre-vote
+(KIP-996) granting, BeginQuorumEpoch, EndQuorumEpoch with successors ordered by
+fetch offset, Fetch validation with diverging-epoch and snapshot answers,
+follower truncation (never below the HW), leader HW from a majority once an
+entry of its own epoch is committed, the LeaderChange record that starts every
+epoch, append linger, check-quorum, binary exponential election backoff, and
+KIP-630 snapshot fetching in chunks.
+
+The core owns no thread, socket, clock or protobuf (tests/test_layering.py); the
+module is not named ``client`` so that the layering test checks it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kraftlog.errors import CorruptRecordError, InvariantViolation, NotLeaderError
+from kraftlog.ids import Epoch, NodeId
+from kraftlog.raft import control_records as cr
+from kraftlog.raft import epoch_state as es
+from kraftlog.raft import messages as m
+from kraftlog.raft import snapshot as snap
+from kraftlog.raft.epoch_state import Role
+from kraftlog.raft.error_codes import ErrorCode
+from kraftlog.raft.quorum_state import QuorumState
+from kraftlog.raft.quorum_state_store import QuorumStateStore
+from kraftlog.raft.raft_config import RaftConfig
+from kraftlog.raft.raft_log import RaftLog
+from kraftlog.storage import record_batch as rb
+
+logger = logging.getLogger(__name__)
+
+RETRY_BACKOFF_BASE_MS = 100
+"""Unit of the election backoff (Kafka's ``RETRY_BACKOFF_BASE_MS``)."""
+_NEVER = 1 << 62
+
+
+class RaftEventKind(enum.Enum):
+    ROLE_CHANGE = "role_change"
+    PRE_VOTE_STARTED = "pre_vote_started"
+    ELECTION_STARTED = "election_started"
+    ELECTION_WON = "election_won"
+    ELECTION_LOST = "election_lost"
+    ELECTION_BACKOFF = "election_backoff"
+    LEADER_CHANGE = "leader_change"
+    RESIGNED = "resigned"
+    TRUNCATED = "truncated"
+    SNAPSHOT_LOADED = "snapshot_loaded"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftEvent:
+    """An observability event; tracing spans hang off these (DESIGN.md §3)."""
+
+    kind: RaftEventKind
+    node_id: int
+    epoch: int
+    leader_id: int
+    now_ms: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommittedBatch:
+    """One committed data batch as the state machine sees it."""
+
+    base_offset: int
+    last_offset: int
+    epoch: int
+    append_timestamp_ms: int
+    records: tuple[bytes, ...]
+
+
+class RaftListener(Protocol):
+    """The replicated state machine (the controller plugs in here)."""
+
+    def handle_commit(self, batches: Sequence[CommittedBatch]) -> None: ...
+
+    def handle_load_snapshot(self, reader: snap.SnapshotReader) -> None: ...
+
+    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        """``leader_id`` is -1 when unknown. A local leader is reported only once every
+        entry before its epoch start has been delivered (Kafka does the same)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ParkedFetch:
+    source: int
+    request: m.FetchRequest
+    deadline_ms: int
+    high_watermark: int
+    epoch: int
+
+
+def binary_exponential_backoff_ms(retries: int, rng: random.Random, max_ms: int) -> int:
+    """Random in [0, base * 2^retries), capped (Kafka's binaryExponentialElectionBackoffMs)."""
+    if retries < 1:
+        raise InvariantViolation(f"election backoff needs retries >= 1, got {retries}")
+    return min(RETRY_BACKOFF_BASE_MS * rng.randrange(2 << min(retries - 1, 20)), max_ms)
+
+
+def successor_backoff_ms(position: int, max_ms: int) -> int:
+    """EndQuorumEpoch: the first preferred successor skips the election timeout, later ones
+    wait exponentially longer (Kafka's strictExponentialElectionBackoffMs)."""
+    if position <= 0:
+        return 0
+    return min(RETRY_BACKOFF_BASE_MS << min(position - 1, 20), max_ms)
+
+
+class RaftClient:
+    """One quorum member or observer. See the module docstring for the driver contract."""
+
+    def __init__(self, *, node_id: int, voters: Mapping[int, str], cluster_id: str,
+                 config: RaftConfig, log: RaftLog, store: QuorumStateStore, rng: random.Random,
+                 listener: RaftListener, sink: m.MessageSink, now_ms: int,
+                 on_event: Callable[[RaftEvent], None] | None = None) -> None:
+        if not voters:
+            raise InvariantViolation(f"node {node_id}: empty voter set")
+        self.node_id = NodeId(node_id)
+        self.voter_endpoints = dict(voters)
+        self.cluster_id = cluster_id
+        self.config = config
+        self.log = log
+        self.rng = rng
+        self.listener = listener
+        self.sink = sink
+        self.on_event = on_event
+        self.quorum = QuorumState(local_id=self.node_id, voters=voters.keys(), store=store,
+                                  rng=rng, election_timeout_ms=config.election_timeout_ms,
+                                  fetch_timeout_ms=config.fetch_timeout_ms)
+        self.quorum.initialize(log_end_epoch=log.last_fetched_epoch(), now_ms=now_ms)
+        self._in_flight: dict[int, int] = {}
+        self._backoff_until: dict[int, int] = {}
+        self._purgatory: dict[int, _ParkedFetch] = {}
+        self._listener_next_offset = 0
+        self._fired_leader: tuple[int, int] | None = None
+        self._log_state_change("started", now_ms)
+
+    # -- small helpers ---------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        return self.quorum.epoch
+
+    @property
+    def role(self) -> Role:
+        return self.quorum.role
+
+    def leader_hint(self) -> int:
+        if self.quorum.role is Role.RESIGNED:
+            return m.NO_ID
+        leader = self.quorum.leader_id()
+        return m.NO_ID if leader is None else int(leader)
+
+    def _emit(self, kind: RaftEventKind, now_ms: int, detail: str = "") -> None:
+        if self.on_event is not None:
+            self.on_event(RaftEvent(kind=kind, node_id=self.node_id, epoch=self.epoch,
+                                    leader_id=self.leader_hint(), now_ms=now_ms, detail=detail))
+
+    def _log_state_change(self, why: str, now_ms: int) -> None:
+        logger.info("[node=%s epoch=%s] state=%s reason=%s now_ms=%s", self.node_id, self.epoch,
+                    self.quorum.state.describe(), why, now_ms)
+
+    def _after_transition(self, why: str, now_ms: int) -> None:
+        # A new role talks to everyone afresh; stale answers are recognised by their request.
+        self._in_flight.clear()
+        self._backoff_until.clear()
+        self._log_state_change(why, now_ms)
+        self._emit(RaftEventKind.ROLE_CHANGE, now_ms, f"{self.role.value}: {why}")
+
+    def _send(self, destination: int, request: m.RaftRequest, now_ms: int) -> bool:
+        if destination in self._in_flight or self._backoff_until.get(destination, 0) > now_ms:
+            return False
+        self._in_flight[destination] = now_ms + self.config.request_timeout_ms
+        self.sink.send(destination, request)
+        return True
+
+    def _is_log_up_to_date(self, last_epoch: int, last_offset: int) -> bool:
+        return (last_epoch, last_offset) >= (self.log.last_fetched_epoch(), self.log.end_offset)
+
+    # -- poll ----------------------------------------------------------------------------------
+
+    def poll(self, now_ms: int) -> int:
+        """Advance timers and roles; returns the absolute time of the next wake-up."""
+        for destination, deadline in list(self._in_flight.items()):
+            if deadline <= now_ms:
+                del self._in_flight[destination]
+                self._backoff_until[destination] = now_ms + self.config.retry_backoff_ms
+        wakeup = _NEVER
+        for _ in range(8):  # a poll may pass through a few roles (e.g. prospective -> leader)
+            role_before, epoch_before = self.role, self.epoch
+            wakeup = self._poll_role(now_ms)
+            if (self.role, self.epoch) == (role_before, epoch_before):
+                break
+        self._complete_parked_fetches(now_ms)
+        self._deliver_committed(now_ms)
+        self._maybe_fire_leader_change()
+        for deadline in self._in_flight.values():
+            wakeup = min(wakeup, deadline)
+        for until in self._backoff_until.values():
+            if until > now_ms:
+                wakeup = min(wakeup, until)
+        for parked in self._purgatory.values():
+            wakeup = min(wakeup, parked.deadline_ms)
+        return max(wakeup, now_ms + 1) if wakeup <= now_ms else wakeup
+
+    def _poll_role(self, now_ms: int) -> int:
+        state = self.quorum.state
+        if isinstance(state, es.LeaderState):
+            return self.poll_leader(state, now_ms)
+        if isinstance(state, es.CandidateState):
+            return self.poll_candidate(state, now_ms)
+        if isinstance(state, es.ProspectiveState):
+            return self.poll_prospective(state, now_ms)
+        if isinstance(state, es.FollowerState):
+            return self.poll_follower(state, now_ms)
+        if isinstance(state, es.ResignedState):
+            return self.poll_resigned(state, now_ms)
+        if isinstance(state, es.VotedState):
+            return self.poll_voted(state, now_ms)
+        if isinstance(state, es.UnattachedState):
+            return self.poll_unattached(state, now_ms)
+        raise InvariantViolation(f"node {self.node_id}: unknown state {state.describe()}")
+
+    def poll_leader(self, state: es.LeaderState, now_ms: int) -> int:
+        if len(self.quorum.voters) > 1 and not state.check_quorum(
+                now_ms, check_quorum_timeout_ms=self.config.check_quorum_timeout_ms):
+            self._resign(state, [], now_ms, why="check-quorum: no majority fetched within "
+                         f"{self.config.check_quorum_timeout_ms} ms")
+            return now_ms
+        if state.accumulated and state.linger_deadline_ms is not None \
+                and now_ms >= state.linger_deadline_ms:
+            self._drain_accumulator(state, now_ms)
+        self._flush_leader_log(state, now_ms)
+        for voter in self.quorum.remote_voters():
+            if voter not in state.acknowledged:
+                self._send(voter, m.BeginQuorumEpochRequest(
+                    cluster_id=self.cluster_id, leader_id=self.node_id, leader_epoch=state.epoch,
+                    voter_id=voter,
+                    leader_endpoint=self.voter_endpoints.get(self.node_id, "")), now_ms)
+        wakeup = state.check_quorum_deadline_ms
+        if state.linger_deadline_ms is not None and state.accumulated:
+            wakeup = min(wakeup, state.linger_deadline_ms)
+        return wakeup
+
+    def poll_candidate(self, state: es.CandidateState, now_ms: int) -> int:
+        if state.election.is_granted():
+            self._become_leader(state, now_ms)
+            return now_ms
+        if state.backoff_deadline_ms is not None:
+            if now_ms >= state.backoff_deadline_ms:
+                self.quorum.become_prospective(now_ms)
+                self._after_transition("election backoff over", now_ms)
+                return now_ms
+            return state.backoff_deadline_ms
+        if state.election.is_rejected():
+            self._start_backoff(state, now_ms, "a majority rejected the vote")
+            return now_ms
+        if now_ms >= state.election_deadline_ms:
+            self._emit(RaftEventKind.ELECTION_LOST, now_ms, "election timed out")
+            self.quorum.become_prospective(now_ms)
+            self._after_transition("election timeout", now_ms)
+            return now_ms
+        self._send_vote_requests(state.election, state.epoch, pre_vote=False, now_ms=now_ms)
+        return state.election_deadline_ms
+
+    def poll_prospective(self, state: es.ProspectiveState, now_ms: int) -> int:
+        if state.election.is_granted():
+            candidate = self.quorum.become_candidate(now_ms)
+            self._after_transition("pre-vote granted by a majority", now_ms)
+            self._emit(RaftEventKind.ELECTION_STARTED, now_ms,
+                       f"retries={candidate.retries} voters={sorted(self.quorum.voters)}")
+            return now_ms
+        lost = ""
+        if state.backoff_deadline_ms is not None:
+            if now_ms < state.backoff_deadline_ms:
+                return state.backoff_deadline_ms
+            lost = "pre-vote backoff over"
+        elif state.election.is_rejected():
+            self._start_backoff(state, now_ms, "a majority rejected the pre-vote")
+            return state.backoff_deadline_ms or now_ms
+        elif now_ms >= state.election_deadline_ms:
+            lost = "pre-vote timed out"
+        if lost:
+            if state.leader_id_hint is not None:
+                # KIP-996: a follower whose pre-vote failed goes back to its leader.
+                self.quorum.become_follower(state.epoch, state.leader_id_hint, now_ms)
+            else:
+                self.quorum.become_prospective(now_ms)
+                self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "retry")
+            self._after_transition(lost, now_ms)
+            return now_ms
+        self._send_vote_requests(state.election, state.epoch + 1, pre_vote=True, now_ms=now_ms)
+        return state.election_deadline_ms
+
+    def _start_backoff(self, state: es.CandidateState | es.ProspectiveState, now_ms: int,
+                       why: str) -> None:
+        backoff = binary_exponential_backoff_ms(state.retries, self.rng,
+                                                self.config.election_backoff_max_ms)
+        state.backoff_deadline_ms = now_ms + backoff
+        self._emit(RaftEventKind.ELECTION_LOST, now_ms, why)
+        self._emit(RaftEventKind.ELECTION_BACKOFF, now_ms, f"{backoff} ms after {why}")
+
+    def _send_vote_requests(self, election: es.EpochElection, candidate_epoch: int, *,
+                            pre_vote: bool, now_ms: int) -> None:
+        for voter in sorted(election.unrecorded()):
+            self._send(voter, m.VoteRequest(
+                cluster_id=self.cluster_id, candidate_epoch=candidate_epoch,
+                candidate_id=self.node_id, voter_id=voter,
+                last_offset_epoch=self.log.last_fetched_epoch(), last_offset=self.log.end_offset,
+                pre_vote=pre_vote), now_ms)
+
+    def poll_follower(self, state: es.FollowerState, now_ms: int) -> int:
+        if now_ms >= state.fetch_deadline_ms:
+            if self.quorum.is_voter:
+                self.quorum.become_prospective(now_ms)
+                self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "fetch timeout")
+            else:
+                self.quorum.become_observer_unattached(now_ms)
+            self._after_transition(f"no answer from leader {state.leader_id_} within "
+                                   f"{self.config.fetch_timeout_ms} ms", now_ms)
+            return now_ms
+        request: m.RaftRequest
+        if state.snapshot_id is not None:
+            request = m.FetchSnapshotRequest(
+                cluster_id=self.cluster_id, replica_id=self.node_id,
+                current_leader_epoch=state.epoch, snapshot_id=state.snapshot_id,
+                position=len(state.snapshot_buffer), max_bytes=self.config.snapshot_chunk_bytes)
+        else:
+            request = self._fetch_request(state.epoch)
+        self._send(state.leader_id_, request, now_ms)
+        return state.fetch_deadline_ms
+
+    def _fetch_request(self, epoch: int) -> m.FetchRequest:
+        return m.FetchRequest(
+            cluster_id=self.cluster_id, replica_id=self.node_id, current_leader_epoch=epoch,
+            fetch_offset=self.log.end_offset, last_fetched_epoch=self.log.last_fetched_epoch(),
+            max_wait_ms=self.config.fetch_max_wait_ms, max_bytes=self.config.fetch_max_bytes,
+            high_watermark=self.log.high_watermark)
+
+    def poll_unattached(self, state: es.UnattachedState, now_ms: int) -> int:
+        if state.election_deadline_ms is None:
+            # An observer asks a random voter; the answer names the leader (or a newer epoch).
+            voter = self.rng.choice(sorted(self.quorum.voters))
+            self._send(voter, self._fetch_request(state.epoch), now_ms)
+            return now_ms + self.config.request_timeout_ms
+        if now_ms >= state.election_deadline_ms:
+            self.quorum.become_prospective(now_ms)
+            self._after_transition("election timeout", now_ms)
+            self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "election timeout")
+            return now_ms
+        return state.election_deadline_ms
+
+    def poll_voted(self, state: es.VotedState, now_ms: int) -> int:
+        if now_ms >= state.election_deadline_ms:
+            self.quorum.become_prospective(now_ms)
+            self._after_transition("election timeout after voting", now_ms)
+            self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "election timeout")
+            return now_ms
+        return state.election_deadline_ms
+
+    def poll_resigned(self, state: es.ResignedState, now_ms: int) -> int:
+        if now_ms >= state.election_deadline_ms:
+            self.quorum.become_unattached(Epoch(state.epoch + 1), now_ms)
+            self._after_transition("resigned leader's election timeout", now_ms)
+            return now_ms
+        for voter in sorted(state.unacknowledged):
+            self._send(voter, m.EndQuorumEpochRequest(
+                cluster_id=self.cluster_id, leader_id=self.node_id, leader_epoch=state.epoch,
+                preferred_successors=tuple(state.preferred_successors)), now_ms)
+        return state.election_deadline_ms
+
+    # -- leader internals ------------------------------------------------------------------------
+
+    def _become_leader(self, state: es.CandidateState, now_ms: int) -> None:
+        granted = sorted(state.election.granted)
+        epoch_start = self.log.end_offset
+        leader = self.quorum.become_leader(epoch_start_offset=epoch_start, now_ms=now_ms,
+                                           check_quorum_timeout_ms=self.config.check_quorum_timeout_ms)
+        # KIP-595: the first entry of every epoch is a LeaderChange control record; committing
+        # it commits every older entry before it, which a leader may not do on its own.
+        value = cr.encode_leader_change(cr.LeaderChangeMessage(
+            leader_id=self.node_id, voters=tuple(sorted(self.quorum.voters)),
+            granting_voters=tuple(granted)))
+        batch = rb.build_batch([rb.RecordInput(key=cr.encode_key(cr.ControlRecordType.LEADER_CHANGE),
+                                               value=value, timestamp_ms=now_ms)],
+                               now_ms=now_ms, is_control=True)
+        info = self.log.append_as_leader(batch, leader.epoch)
+        if info.first_offset != epoch_start:
+            raise InvariantViolation(f"node {self.node_id}: LeaderChange landed at "
+                                     f"{info.first_offset}, expected {epoch_start}")
+        leader.next_offset = info.last_offset + 1
+        self._after_transition(f"won election with votes {granted}", now_ms)
+        self._emit(RaftEventKind.ELECTION_WON, now_ms, f"granted={granted}")
+        self._emit(RaftEventKind.LEADER_CHANGE, now_ms, f"leader={self.node_id}")
+        self._flush_leader_log(leader, now_ms)
+
+    def _flush_leader_log(self, state: es.LeaderState, now_ms: int) -> None:
+        if self.log.flushed_offset < self.log.end_offset:
+            self.log.flush()
+        # Only durable entries count towards the HW, the leader's own copy included.
+        if state.update_local_end_offset(self.log.flushed_offset, now_ms):
+            self._on_leader_high_watermark(state)
+
+    def _on_leader_high_watermark(self, state: es.LeaderState) -> None:
+        if state.high_watermark is not None:
+            self.log.update_high_watermark(state.high_watermark)
+
+    def _drain_accumulator(self, state: es.LeaderState, now_ms: int) -> None:
+        pending = state.accumulated
+        state.accumulated = []
+        state.linger_deadline_ms = None
+        batch = rb.build_batch([rb.RecordInput(value=p.value, timestamp_ms=now_ms) for p in pending],
+                               now_ms=now_ms)
+        info = self.log.append_as_leader(batch, state.epoch)
+        if info.first_offset != pending[0].offset or info.last_offset != pending[-1].offset:
+            raise InvariantViolation(
+                f"node {self.node_id} epoch {state.epoch}: proposals promised offsets "
+                f"{pending[0].offset}..{pending[-1].offset} but were appended at "
+                f"{info.first_offset}..{info.last_offset}")
+
+    def _resign(self, state: es.LeaderState, successors: list[int], now_ms: int, *,
+                why: str) -> None:
+        dropped = len(state.accumulated)
+        self.quorum.become_resigned(successors, now_ms)
+        self._after_transition(why, now_ms)
+        self._emit(RaftEventKind.RESIGNED, now_ms,
+                   f"{why}; successors={successors}; dropped {dropped} unappended proposals")
+
+    # -- public API for the state machine ------------------------------------------------------
+
+    def propose(self, records: Sequence[bytes], now_ms: int) -> int:
+        """Queue records for the current epoch; returns the offset the last one will have.
+
+        They are appended together after ``append_linger_ms`` (one batch, one flush) and
+        reach ``handle_commit`` once committed. Raises NotLeaderError with a hint otherwise.
+        """
+        state = self.quorum.state
+        if not isinstance(state, es.LeaderState):
+            raise NotLeaderError(f"node {self.node_id} is {state.describe()}, not the leader",
+                                 leader_id=self.leader_hint(),
+                                 leader_endpoint=self.voter_endpoints.get(self.leader_hint(), ""))
+        if not records:
+            raise ValueError("propose() needs at least one record")
+        for value in records:
+            state.accumulated.append(es.PendingRecord(offset=state.next_offset, value=bytes(value)))
+            state.next_offset += 1
+        if state.linger_deadline_ms is None:
+            state.linger_deadline_ms = now_ms + self.config.append_linger_ms
+        if sum(len(p.value) for p in state.accumulated) >= self.config.max_batch_bytes:
+            self._drain_accumulator(state, now_ms)
+        return state.next_offset - 1
+
+    def resign(self, now_ms: int) -> bool:
+        """Graceful shutdown: a leader resigns naming successors by fetch offset (KIP-595)."""
+        state = self.quorum.state
+        if not isinstance(state, es.LeaderState):
+            return False
+        self._resign(state, state.successors_by_fetch_offset(), now_ms, why="graceful resign")
+        return True
+
+    def create_snapshot(self, end_offset: int, *, now_ms: int,
+                        last_contained_log_timestamp: int = -1) -> snap.SnapshotWriter:
+        """A writer for a snapshot ending at ``end_offset`` (<= HW, a batch boundary)."""
+        if end_offset > self.log.high_watermark or end_offset <= self.log.start_offset:
+            raise InvariantViolation(
+                f"node {self.node_id}: snapshot end offset {end_offset} must be in "
+                f"({self.log.start_offset}, high watermark {self.log.high_watermark}]")
+        batches = rb.decode_batches(self.log.read(end_offset - 1, 1))
+        if not batches or batches[0].last_offset != end_offset - 1:
+            raise InvariantViolation(f"node {self.node_id}: snapshot end offset {end_offset} "
+                                     "is not a batch boundary")
+        snapshot_id = m.OffsetAndEpoch(offset=end_offset, epoch=batches[0].partition_leader_epoch)
+        return snap.SnapshotWriter(snapshot_id, now_ms=now_ms,
+                                   last_contained_log_timestamp=last_contained_log_timestamp)
+
+    def freeze_snapshot(self, writer: snap.SnapshotWriter) -> m.OffsetAndEpoch:
+        """Store the snapshot durably, then let the log start advance to it (KIP-630)."""
+        data = writer.build()
+        snap.read_snapshot_records(writer.snapshot_id, data)
+        self.log.write_snapshot(writer.snapshot_id, data)
+        if self._listener_next_offset >= writer.snapshot_id.offset:
+            self.log.delete_before_snapshot(writer.snapshot_id)
+        return writer.snapshot_id
+
+    # -- inbound requests ------------------------------------------------------------------------
+
+    def handle_request(self, source: int, request: m.RaftRequest, now_ms: int,
+                       request_id: int | None = None) -> m.RaftResponse | m.Pending:
+        """Answer ``request``; a Fetch with nothing to return may be parked (``PENDING``) when
+        the driver supplied a ``request_id`` to complete it with later."""
+        if isinstance(request, m.VoteRequest):
+            return self.handle_vote_request(request, now_ms)
+        if isinstance(request, m.BeginQuorumEpochRequest):
+            return self.handle_begin_quorum_epoch_request(request, now_ms)
+        if isinstance(request, m.EndQuorumEpochRequest):
+            return self.handle_end_quorum_epoch_request(request, now_ms)
+        if isinstance(request, m.FetchRequest):
+            return self.handle_fetch_request(source, request, now_ms, request_id)
+        if isinstance(request, m.FetchSnapshotRequest):
+            return self.handle_fetch_snapshot_request(request, now_ms)
+        return self.handle_describe_quorum_request(now_ms)
+
+    def _vote_response(self, error: ErrorCode, granted: bool) -> m.VoteResponse:
+        return m.VoteResponse(error_code=error, leader_epoch=self.epoch,
+                              leader_id=self.leader_hint(), vote_granted=granted)
+
+    def handle_vote_request(self, request: m.VoteRequest, now_ms: int) -> m.VoteResponse:
+        if request.cluster_id != self.cluster_id:
+            return self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False)
+        if (request.candidate_id not in self.quorum.voters or request.voter_id != self.node_id
+                or not self.quorum.is_voter):
+            return self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False)
+        if request.last_offset < 0 or request.last_offset_epoch < 0 or request.candidate_epoch < 0:
+            return self._vote_response(ErrorCode.INVALID_REQUEST, False)
+        if request.candidate_epoch < self.epoch:
+            return self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False)
+        up_to_date = self._is_log_up_to_date(request.last_offset_epoch, request.last_offset)
+        state = self.quorum.state
+        if request.pre_vote:
+            # KIP-996: answering a pre-vote never changes any state, durable or not. A replica
+            # that is following a live leader (or is it) refuses, so a partitioned node cannot
+            # disrupt a healthy quorum.
+            if isinstance(state, es.LeaderState):
+                return self._vote_response(ErrorCode.NONE, False)
+            if isinstance(state, es.FollowerState) and not state.leader_resigned:
+                return self._vote_response(ErrorCode.NONE, False)
+            return self._vote_response(ErrorCode.NONE, up_to_date)
+        if request.candidate_epoch > self.epoch:
+            self.quorum.become_unattached(Epoch(request.candidate_epoch), now_ms)
+            self._after_transition(f"vote request from {request.candidate_id} with epoch "
+                                   f"{request.candidate_epoch}", now_ms)
+            state = self.quorum.state
+        granted = False
+        can_vote = isinstance(state, es.UnattachedState) or (
+            isinstance(state, es.ProspectiveState) and state.leader_id_hint is None
+            and state.voted_id in (None, request.candidate_id))
+        if isinstance(state, es.VotedState):
+            granted = state.voted_id == request.candidate_id
+        elif can_vote and up_to_date:
+            # Persisted by QuorumState before we answer.
+            self.quorum.become_voted(Epoch(request.candidate_epoch),
+                                     NodeId(request.candidate_id), now_ms)
+            self._after_transition(f"granted vote to {request.candidate_id}", now_ms)
+            granted = True
+        return self._vote_response(ErrorCode.NONE, granted)
+
+    def _validate_voter_request(self, cluster_id: str, leader_id: int,
+                                leader_epoch: int) -> ErrorCode | None:
+        if cluster_id != self.cluster_id:
+            return ErrorCode.INCONSISTENT_CLUSTER_ID
+        if leader_id not in self.quorum.voters or leader_id == self.node_id:
+            return ErrorCode.INCONSISTENT_VOTER_SET
+        if leader_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return None
+
+    def _maybe_follow(self, leader_id: int, epoch: int, now_ms: int, why: str) -> None:
+        """Adopt ``leader_id`` as leader of ``epoch`` (>= ours) unless already following it."""
+        state = self.quorum.state
+        if epoch == state.epoch:
+            if isinstance(state, es.FollowerState) and state.leader_id_ == leader_id:
+                return
+            if isinstance(state, es.LeaderState | es.FollowerState | es.ResignedState):
+                raise InvariantViolation(
+                    f"node {self.node_id}: {state.describe()} told that {leader_id} leads the "
+                    f"same epoch {epoch} ({why}): two leaders in one epoch")
+        self.quorum.become_follower(Epoch(epoch), NodeId(leader_id), now_ms,
+                                    leader_endpoint=self.voter_endpoints.get(leader_id, ""))
+        self._after_transition(why, now_ms)
+        self._emit(RaftEventKind.LEADER_CHANGE, now_ms, f"leader={leader_id}")
+
+    def handle_begin_quorum_epoch_request(self, request: m.BeginQuorumEpochRequest,
+                                          now_ms: int) -> m.BeginQuorumEpochResponse:
+        error = self._validate_voter_request(request.cluster_id, request.leader_id,
+                                             request.leader_epoch)
+        if error is None and request.voter_id != self.node_id:
+            error = ErrorCode.INCONSISTENT_VOTER_SET
+        if error is None:
+            self._maybe_follow(request.leader_id, request.leader_epoch, now_ms,
+                               f"BeginQuorumEpoch from {request.leader_id}")
+        return m.BeginQuorumEpochResponse(error_code=error or ErrorCode.NONE,
+                                          leader_epoch=self.epoch, leader_id=self.leader_hint())
+
+    def handle_end_quorum_epoch_request(self, request: m.EndQuorumEpochRequest,
+                                        now_ms: int) -> m.EndQuorumEpochResponse:
+        error = self._validate_voter_request(request.cluster_id, request.leader_id,
+                                             request.leader_epoch)
+        if error is None:
+            if request.leader_epoch > self.epoch:
+                self.quorum.become_unattached(Epoch(request.leader_epoch), now_ms)
+                self._after_transition(f"EndQuorumEpoch from {request.leader_id}", now_ms)
+            state = self.quorum.state
+            if isinstance(state, es.FollowerState) and state.leader_id_ == request.leader_id \
+                    and not state.leader_resigned:
+                state.leader_resigned = True
+                successors = list(request.preferred_successors)
+                if self.node_id in successors:
+                    backoff = successor_backoff_ms(successors.index(self.node_id),
+                                                   self.config.election_backoff_max_ms)
+                else:
+                    backoff = self.config.election_backoff_max_ms
+                state.fetch_deadline_ms = min(state.fetch_deadline_ms, now_ms + backoff)
+        return m.EndQuorumEpochResponse(error_code=error or ErrorCode.NONE,
+                                        leader_epoch=self.epoch, leader_id=self.leader_hint())
+
+    def _validate_leader_only(self, cluster_id: str, leader_epoch: int) -> ErrorCode | None:
+        if cluster_id != self.cluster_id:
+            return ErrorCode.INCONSISTENT_CLUSTER_ID
+        if leader_epoch < self.epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        if leader_epoch > self.epoch:
+            return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if self.role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return None
+
+    def _fetch_error(self, error: ErrorCode, message: str = "") -> m.FetchResponse:
+        return m.FetchResponse(error_code=error, leader_epoch=self.epoch,
+                               leader_id=self.leader_hint(), error_message=message)
+
+    def handle_fetch_request(self, source: int, request: m.FetchRequest, now_ms: int,
+                             request_id: int | None = None) -> m.FetchResponse | m.Pending:
+        if request.fetch_offset < 0 or request.max_bytes <= 0 or request.max_wait_ms < 0 \
+                or request.last_fetched_epoch < 0 or request.replica_id != source:
+            return self._fetch_error(ErrorCode.INVALID_REQUEST,
+                                     f"bad fetch_offset={request.fetch_offset} "
+                                     f"last_fetched_epoch={request.last_fetched_epoch} "
+                                     f"max_bytes={request.max_bytes} "
+                                     f"max_wait_ms={request.max_wait_ms} from {source}")
+        error = self._validate_leader_only(request.cluster_id, request.current_leader_epoch)
+        if error is not None:
+            return self._fetch_error(error)
+        state = self.quorum.state
+        assert isinstance(state, es.LeaderState)
+        response = self._try_complete_fetch(state, source, request, now_ms)
+        if (not response.records and response.diverging_epoch is None
+                and response.snapshot_id is None and request.max_wait_ms > 0
+                and request_id is not None
+                and not 0 <= request.high_watermark < self.log.high_watermark):
+            self._purgatory[request_id] = _ParkedFetch(
+                source=source, request=request, deadline_ms=now_ms + request.max_wait_ms,
+                high_watermark=self.log.high_watermark, epoch=state.epoch)
+            return m.PENDING
+        return response
+
+    def _try_complete_fetch(self, state: es.LeaderState, source: int, request: m.FetchRequest,
+                            now_ms: int) -> m.FetchResponse:
+        log = self.log
+        latest = log.latest_snapshot_id()
+        offset, last_epoch = request.fetch_offset, request.last_fetched_epoch
+
+        def answer(**fields: object) -> m.FetchResponse:
+            return m.FetchResponse(error_code=ErrorCode.NONE, leader_epoch=state.epoch,
+                                   leader_id=self.node_id, high_watermark=log.high_watermark,
+                                   log_start_offset=log.start_offset, **fields)  # type: ignore[arg-type]
+
+        if latest is not None and (offset < log.start_offset or (
+                offset == log.start_offset and last_epoch != latest.epoch)):
+            return answer(snapshot_id=latest)
+        if offset < log.start_offset:
+            raise InvariantViolation(f"node {self.node_id}: log start {log.start_offset} > 0 "
+                                     "without a snapshot")
+        if offset > 0:
+            end = log.end_offset_for_epoch(last_epoch)
+            if end.epoch != last_epoch or end.offset < offset:
+                # Where the logs agree lies before our log start: only the snapshot can
+                # bring the follower back (truncating it that far could cross its HW).
+                if latest is not None and (end.offset < log.start_offset or end.epoch < 0):
+                    return answer(snapshot_id=latest)
+                return answer(diverging_epoch=end)
+        state.acknowledged.add(source)
+        if state.update_replica_fetch(source, offset, leader_end_offset=log.end_offset,
+                                      now_ms=now_ms):
+            self._on_leader_high_watermark(state)
+        records = log.read(offset, request.max_bytes)
+        return answer(records=records)
+
+    def _complete_parked_fetches(self, now_ms: int) -> None:
+        for request_id, parked in list(self._purgatory.items()):
+            still_leader = self.role is Role.LEADER and self.epoch == parked.epoch
+            if (not still_leader or self.log.end_offset > parked.request.fetch_offset
+                    or self.log.high_watermark != parked.high_watermark
+                    or now_ms >= parked.deadline_ms):
+                del self._purgatory[request_id]
+                response = self.handle_fetch_request(parked.source, parked.request, now_ms, None)
+                assert not isinstance(response, m.Pending)
+                self.sink.complete(request_id, response)
+
+    def handle_fetch_snapshot_request(self, request: m.FetchSnapshotRequest,
+                                      now_ms: int) -> m.FetchSnapshotResponse:
+        def error(code: ErrorCode, message: str = "") -> m.FetchSnapshotResponse:
+            return m.FetchSnapshotResponse(error_code=code, leader_epoch=self.epoch,
+                                           leader_id=self.leader_hint(), error_message=message)
+
+        failure = self._validate_leader_only(request.cluster_id, request.current_leader_epoch)
+        if failure is not None:
+            return error(failure)
+        if request.max_bytes <= 0:
+            return error(ErrorCode.INVALID_REQUEST, f"max_bytes {request.max_bytes}")
+        data = self.log.read_snapshot(request.snapshot_id)
+        if data is None:
+            return error(ErrorCode.SNAPSHOT_NOT_FOUND, f"no snapshot {request.snapshot_id}")
+        if not 0 <= request.position <= len(data):
+            return error(ErrorCode.POSITION_OUT_OF_RANGE,
+                         f"position {request.position} outside snapshot of {len(data)} bytes")
+        chunk = min(request.max_bytes, self.config.snapshot_chunk_bytes)
+        state = self.quorum.state
+        if isinstance(state, es.LeaderState):
+            state.acknowledged.add(request.replica_id)
+            state.replica(request.replica_id).last_fetch_ms = now_ms
+            if request.replica_id in state.voters:
+                state.fetched_voters.add(request.replica_id)
+        return m.FetchSnapshotResponse(
+            error_code=ErrorCode.NONE, leader_epoch=self.epoch, leader_id=self.node_id,
+            snapshot_id=request.snapshot_id, size=len(data), position=request.position,
+            unaligned_records=data[request.position:request.position + chunk])
+
+    def handle_describe_quorum_request(self, now_ms: int) -> m.DescribeQuorumResponse:
+        state = self.quorum.state
+        if not isinstance(state, es.LeaderState):
+            return m.DescribeQuorumResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                            leader_id=self.leader_hint(), leader_epoch=self.epoch)
+
+        def describe(replica: es.ReplicaState) -> m.ReplicaDescription:
+            return m.ReplicaDescription(
+                replica_id=replica.node_id,
+                log_end_offset=-1 if replica.end_offset is None else replica.end_offset,
+                last_fetch_timestamp=-1 if replica.last_fetch_ms is None else replica.last_fetch_ms,
+                last_caught_up_timestamp=-1 if replica.last_caught_up_ms is None
+                else replica.last_caught_up_ms)
+
+        return m.DescribeQuorumResponse(
+            error_code=ErrorCode.NONE, leader_id=self.node_id, leader_epoch=state.epoch,
+            high_watermark=-1 if state.high_watermark is None else state.high_watermark,
+            current_voters=tuple(describe(r) for r in state.voters.values()),
+            observers=tuple(describe(r) for r in sorted(state.observers.values(),
+                                                        key=lambda r: r.node_id)))
+
+    # -- inbound responses -------------------------------------------------------------------------
+
+    def handle_send_failure(self, destination: int, request: m.RaftRequest, now_ms: int) -> None:
+        """The transport could not deliver ``request`` or got no answer in time."""
+        self._in_flight.pop(destination, None)
+        self._backoff_until[destination] = now_ms + self.config.retry_backoff_ms
+
+    def handle_response(self, source: int, request: m.RaftRequest, response: m.RaftResponse,
+                        now_ms: int) -> None:
+        """``response`` answers ``request``, which we sent to ``source`` (maybe long ago)."""
+        self._in_flight.pop(source, None)
+        if isinstance(response, m.VoteResponse) and isinstance(request, m.VoteRequest):
+            self._handle_vote_response(source, request, response, now_ms)
+        elif isinstance(response, m.FetchResponse) and isinstance(request, m.FetchRequest):
+            self._handle_fetch_response(source, request, response, now_ms)
+        elif isinstance(response, m.FetchSnapshotResponse) \
+                and isinstance(request, m.FetchSnapshotRequest):
+            self._handle_fetch_snapshot_response(source, request, response, now_ms)
+        elif isinstance(response, m.BeginQuorumEpochResponse | m.EndQuorumEpochResponse):
+            if self._maybe_handle_common_response(response.leader_id, response.leader_epoch,
+                                                  now_ms):
+                return
+            state = self.quorum.state
+            if response.error_code is not ErrorCode.NONE:
+                self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
+            elif isinstance(state, es.LeaderState) \
+                    and isinstance(request, m.BeginQuorumEpochRequest) \
+                    and request.leader_epoch == state.epoch:
+                state.acknowledged.add(source)
+            elif isinstance(state, es.ResignedState) \
+                    and isinstance(request, m.EndQuorumEpochRequest) \
+                    and request.leader_epoch == state.epoch:
+                state.unacknowledged.discard(source)
+
+    def _maybe_handle_common_response(self, leader_id: int, epoch: int, now_ms: int) -> bool:
+        """Learn a newer epoch or this epoch's leader from any response (Kafka's
+        maybeHandleCommonResponse). True when the response must not be processed further."""
+        if epoch > self.epoch:
+            if leader_id >= 0 and leader_id != self.node_id and leader_id in self.quorum.voters:
+                self._maybe_follow(leader_id, epoch, now_ms, f"response names leader {leader_id}")
+            else:
+                self.quorum.become_unattached(Epoch(epoch), now_ms)
+                self._after_transition(f"response carries epoch {epoch}", now_ms)
+            return True
+        if epoch == self.epoch and leader_id >= 0 and leader_id != self.node_id \
+                and leader_id in self.quorum.voters \
+                and self.role in (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE):
+            state = self.quorum.state
+            if isinstance(state, es.ProspectiveState) and state.leader_id_hint not in (None,
+                                                                                       leader_id):
+                raise InvariantViolation(
+                    f"node {self.node_id}: {state.describe()} followed {state.leader_id_hint} "
+                    f"but a response names {leader_id} leader of the same epoch {epoch}")
+            self._maybe_follow(leader_id, epoch, now_ms, f"response names leader {leader_id}")
+            return True
+        return False
+
+    def _handle_vote_response(self, source: int, request: m.VoteRequest,
+                              response: m.VoteResponse, now_ms: int) -> None:
+        if self._maybe_handle_common_response(response.leader_id, response.leader_epoch, now_ms):
+            return
+        state = self.quorum.state
+        if response.error_code not in (ErrorCode.NONE, ErrorCode.FENCED_LEADER_EPOCH):
+            self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
+            return
+        granted = response.error_code is ErrorCode.NONE and response.vote_granted
+        if (request.pre_vote and isinstance(state, es.ProspectiveState) \
+                and request.candidate_epoch == state.epoch + 1) or (not request.pre_vote and isinstance(state, es.CandidateState) \
+                and request.candidate_epoch == state.epoch):
+            election = state.election
+        else:
+            return  # an answer to an election we are no longer running
+        if granted:
+            election.record_granted(source)
+        else:
+            election.record_rejected(source)
+
+    def _handle_fetch_response(self, source: int, request: m.FetchRequest,
+                               response: m.FetchResponse, now_ms: int) -> None:
+        if self._maybe_handle_common_response(response.leader_id, response.leader_epoch, now_ms):
+            return
+        state = self.quorum.state
+        if not isinstance(state, es.FollowerState) or state.leader_id_ != source \
+                or request.current_leader_epoch != state.epoch:
+            return
+        if response.error_code is not ErrorCode.NONE:
+            self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
+            return
+        if response.leader_epoch != state.epoch or request.fetch_offset != self.log.end_offset \
+                or request.last_fetched_epoch != self.log.last_fetched_epoch() \
+                or state.snapshot_id is not None:
+            return  # stale (duplicated or delayed) answer
+        self.quorum.reset_fetch_deadline(now_ms)
+        if response.diverging_epoch is not None:
+            self._truncate_to_diverging(response.diverging_epoch, now_ms)
+        elif response.snapshot_id is not None:
+            state.snapshot_id = response.snapshot_id
+            state.snapshot_buffer = bytearray()
+        else:
+            if response.records:
+                try:
+                    self.log.append_as_follower(response.records)
+                except CorruptRecordError as exc:
+                    logger.warning("[node=%s epoch=%s] rejected fetched records from %s: %s",
+                                   self.node_id, self.epoch, source, exc)
+                    self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
+                    return
+                # Flush before the next Fetch reports the new end offset to the leader: the
+                # leader counts it towards the HW.
+                self.log.flush()
+            if response.high_watermark >= 0:
+                self.log.update_high_watermark(min(response.high_watermark, self.log.end_offset))
+
+    def _truncate_to_diverging(self, diverging: m.OffsetAndEpoch, now_ms: int) -> None:
+        local = self.log.end_offset_for_epoch(diverging.epoch)
+        target = min(diverging.offset, local.offset)
+        if target < self.log.high_watermark:
+            raise InvariantViolation(
+                f"node {self.node_id} epoch {self.epoch}: leader's diverging epoch {diverging} "
+                f"asks to truncate to {target}, below the high watermark "
+                f"{self.log.high_watermark}")
+        before = self.log.end_offset
+        self.log.truncate_to(max(target, self.log.start_offset))
+        self._emit(RaftEventKind.TRUNCATED, now_ms,
+                   f"from {before} to {self.log.end_offset} (diverging {diverging})")
+
+    def _handle_fetch_snapshot_response(self, source: int, request: m.FetchSnapshotRequest,
+                                        response: m.FetchSnapshotResponse, now_ms: int) -> None:
+        if self._maybe_handle_common_response(response.leader_id, response.leader_epoch, now_ms):
+            return
+        state = self.quorum.state
+        if not isinstance(state, es.FollowerState) or state.leader_id_ != source \
+                or state.snapshot_id != request.snapshot_id \
+                or request.position != len(state.snapshot_buffer):
+            return
+        if response.error_code is ErrorCode.SNAPSHOT_NOT_FOUND:
+            state.snapshot_id = None  # the leader has a newer one: Fetch will name it
+            return
+        if response.error_code is not ErrorCode.NONE:
+            self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
+            return
+        if response.snapshot_id != request.snapshot_id or response.position != request.position:
+            return
+        self.quorum.reset_fetch_deadline(now_ms)
+        state.snapshot_buffer.extend(response.unaligned_records)
+        if len(state.snapshot_buffer) < response.size:
+            return
+        snapshot_id = state.snapshot_id
+        data = bytes(state.snapshot_buffer)
+        state.snapshot_id = None
+        state.snapshot_buffer = bytearray()
+        try:
+            reader = snap.read_snapshot_records(snapshot_id, data)
+        except CorruptRecordError as exc:
+            logger.warning("[node=%s epoch=%s] discarding fetched snapshot: %s", self.node_id,
+                           self.epoch, exc)
+            return
+        self.log.write_snapshot(snapshot_id, data)
+        self.log.reset_to_snapshot(snapshot_id)
+        self._load_snapshot(reader, now_ms)
+
+    # -- listener ------------------------------------------------------------------------------
+
+    def _load_snapshot(self, reader: snap.SnapshotReader, now_ms: int) -> None:
+        self.listener.handle_load_snapshot(reader)
+        self._listener_next_offset = reader.snapshot_id.offset
+        self._emit(RaftEventKind.SNAPSHOT_LOADED, now_ms, f"snapshot {reader.snapshot_id}")
+
+    def _deliver_committed(self, now_ms: int) -> None:
+        log = self.log
+        if self._listener_next_offset < log.start_offset:
+            latest = log.latest_snapshot_id()
+            data = None if latest is None else log.read_snapshot(latest)
+            if latest is None or data is None:
+                raise InvariantViolation(f"node {self.node_id}: log starts at "
+                                         f"{log.start_offset} but holds no snapshot to load")
+            self._load_snapshot(snap.read_snapshot_records(latest, data), now_ms)
+        high_watermark = log.high_watermark
+        while self._listener_next_offset < high_watermark:
+            data = log.read(self._listener_next_offset, self.config.fetch_max_bytes)
+            committed: list[CommittedBatch] = []
+            progressed = False
+            for batch in rb.decode_batches(data):
+                if batch.last_offset >= high_watermark:
+                    break
+                if not batch.is_control:
+                    committed.append(CommittedBatch(
+                        base_offset=batch.base_offset, last_offset=batch.last_offset,
+                        epoch=batch.partition_leader_epoch,
+                        append_timestamp_ms=batch.max_timestamp,
+                        records=tuple(r.value or b"" for r in batch.records)))
+                self._listener_next_offset = batch.last_offset + 1
+                progressed = True
+            if committed:
+                self.listener.handle_commit(committed)
+            if not progressed:
+                break
+        latest = log.latest_snapshot_id()
+        if latest is not None and latest.offset > log.start_offset \
+                and latest.offset <= min(self._listener_next_offset, log.high_watermark):
+            log.delete_before_snapshot(latest)
+
+    def _maybe_fire_leader_change(self) -> None:
+        state = self.quorum.state
+        if isinstance(state, es.LeaderState):
+            if self._listener_next_offset < state.epoch_start_offset:
+                return
+            key = (int(self.node_id), state.epoch)
+        else:
+            key = (self.leader_hint(), state.epoch)
+        if key != self._fired_leader:
+            self._fired_leader = key
+            self.listener.handle_leader_change(key[0], key[1])
+
+    @property
+    def listener_next_offset(self) -> int:
+        return self._listener_next_offset
