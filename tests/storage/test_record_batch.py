@@ -591,9 +591,13 @@ def test_stamp_batches_assigns_consecutive_offsets_and_the_epoch() -> None:
                compression=CompressionType.ZSTD)]
     buf = bytearray(b"".join(batches))
     result = rb.stamp_batches(buf, first_offset=500, leader_epoch=7)
+    s0, s1, s2 = (len(b) for b in batches)
     assert result == rb.StampResult(first_offset=500, last_offset=505, batch_count=3,
                                     record_count=6, max_timestamp=900,
-                                    offset_of_max_timestamp=503)
+                                    offset_of_max_timestamp=503,
+                                    batches=((500, 502, 0, s0, 102, 7),
+                                             (503, 503, s0, s1, 900, 7),
+                                             (504, 505, s0 + s1, s2, 51, 7)))
     headers = list(rb.iter_batches(buf))
     assert [(h.base_offset, h.last_offset) for h in headers] == [(500, 502), (503, 503), (504, 505)]
     assert {h.partition_leader_epoch for h in headers} == {7}

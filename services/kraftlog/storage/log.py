@@ -269,8 +269,7 @@ class Log:
         view = _writable_view(buf)
         first_offset = self.log_end_offset
         stamp = record_batch.stamp_batches(view, first_offset=first_offset, leader_epoch=leader_epoch)
-        infos = segment_mod.walk_batches(view)
-        self._append(view, infos, now_ms=now_ms)
+        self._append(view, stamp.batches, now_ms=now_ms)
         if self._epoch_cache is not None:
             latest = self._epoch_cache.latest_epoch()
             if leader_epoch >= 0 and (latest is None or leader_epoch > latest):

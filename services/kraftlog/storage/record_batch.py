@@ -624,6 +624,10 @@ class StampResult:
     record_count: int
     max_timestamp: int
     offset_of_max_timestamp: int
+    batches: tuple[tuple[int, int, int, int, int, int], ...] = ()
+    """Each batch as (base_offset, last_offset, position, size_in_bytes,
+    max_timestamp, partition_leader_epoch) after stamping, so that the log can
+    index the append without walking the headers a second time."""
 
 
 def stamp_batches(
@@ -713,13 +717,17 @@ def stamp_batches(
     offset_of_max_timestamp = -1
     pack_i64 = _I64.pack_into
     pack_i32 = _I32.pack_into
-    for batch_pos, last_delta, _count, max_ts in batches:
+    layout: list[tuple[int, int, int, int, int, int]] = []
+    add_layout = layout.append
+    for index, (batch_pos, last_delta, _count, max_ts) in enumerate(batches):
         pack_i64(view, batch_pos + BASE_OFFSET_OFFSET, next_offset)
         pack_i32(view, batch_pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
         batch_last = next_offset + last_delta
         if max_ts > max_timestamp:
             max_timestamp = max_ts
             offset_of_max_timestamp = batch_last
+        batch_end = batches[index + 1][0] if index + 1 < len(batches) else end
+        add_layout((next_offset, batch_last, batch_pos, batch_end - batch_pos, max_ts, leader_epoch))
         next_offset = batch_last + 1
     return StampResult(
         first_offset=first_offset,
@@ -728,6 +736,7 @@ def stamp_batches(
         record_count=total_records,
         max_timestamp=max_timestamp,
         offset_of_max_timestamp=offset_of_max_timestamp,
+        batches=tuple(layout),
     )
 
 
