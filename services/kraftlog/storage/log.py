@@ -30,7 +30,7 @@ import itertools
 import logging
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -333,7 +333,7 @@ class Log:
         self._maybe_flush_after_append(now_ms)
         return result
 
-    def _append(self, view: memoryview, infos: list[segment_mod.BatchInfo], *, now_ms: int) -> None:
+    def _append(self, view: memoryview, infos: Sequence[segment_mod.BatchInfo], *, now_ms: int) -> None:
         max_ts = max(info[4] for info in infos)
         last_offset = infos[-1][1]
         if last_offset - infos[0][0] > segment_mod.INT32_MAX:
