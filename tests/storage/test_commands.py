@@ -379,19 +379,21 @@ def test_dump_of_control_records_names_their_type(tmp_path: pathlib.Path, capsys
     assert "controlType: LEADER_CHANGE" in out and "payload: 0x0001" in out
 
 
-def test_dump_of_the_metadata_log_decodes_protobuf_records(
+def test_dump_of_the_metadata_log_decodes_protobuf_records_and_raft_control_records(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from kraftlog.raft import control_records
     from kraftlog.v1 import metadata_pb2
 
     record = metadata_pb2.MetadataRecord(topic_record=metadata_pb2.TopicRecord(name="orders"))
-    leader_change = metadata_pb2.LeaderChangeMessage(leader_id=2, voters=[1, 2, 3])
+    leader_change = control_records.encode_leader_change(control_records.LeaderChangeMessage(
+        leader_id=2, voters=(1, 2, 3), granting_voters=(2, 3)))
     data = rb.build_batch([rb.RecordInput(value=record.SerializeToString()),
                            rb.RecordInput(value=b"\x0a\x03abc"),
                            rb.RecordInput(value=b"")], partition_leader_epoch=1)
     control = rb.build_batch(
         [rb.RecordInput(key=rb.encode_control_record_key(rb.ControlRecordType.LEADER_CHANGE),
-                        value=leader_change.SerializeToString())],
+                        value=leader_change)],
         base_offset=3, is_control=True, partition_leader_epoch=2,
     )
     path = write_segment(tmp_path / "__cluster_metadata-0", data, control)
@@ -401,8 +403,20 @@ def test_dump_of_the_metadata_log_decodes_protobuf_records(
     assert payloads[0] == '{"topicRecord": {"name": "orders"}}'
     assert payloads[1].startswith("0x0a03616263 (not a MetadataRecord: DecodeError")
     assert payloads[2] == "{} (corrupt: no record type set)"
-    assert payloads[3] == '{"leaderId": 2, "voters": [1, 2, 3]}'
+    assert payloads[3] == '{"leader_id":2,"voters":[1,2,3],"granting_voters":[2,3]}'
     assert "controlType: LEADER_CHANGE" in out
+
+
+def test_dump_reports_a_corrupt_raft_control_record_and_goes_on(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    control = rb.build_batch(
+        [rb.RecordInput(key=rb.encode_control_record_key(rb.ControlRecordType.LEADER_CHANGE),
+                        value=b"\x00\x00\x00")], is_control=True)
+    path = write_segment(tmp_path / "__cluster_metadata-0", control)
+    code, out, _ = run(capsys, "log", "dump", str(path), "--print-data-log")
+    assert code == 0
+    assert "0x000000 (corrupt LEADER_CHANGE:" in out
 
 
 def test_dump_escapes_payloads_onto_one_line(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,11 +32,15 @@ import json
 import pathlib
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from kraftlog import errors
 from kraftlog.ids import NodeId
+from kraftlog.raft import control_records
 from kraftlog.storage import atomic_file, checkpoint, dump, meta_properties, uuid
 from kraftlog.storage import record_batch as rb
 
@@ -356,10 +360,14 @@ def run_info(args: argparse.Namespace) -> int:
 
 # The message a control record's value holds in the metadata log, by its key's type
 # (see protos/kraftlog/v1/metadata.proto).
+_RAFT_CONTROL_DECODERS: dict[rb.ControlRecordType, Callable[[bytes], DataclassInstance]] = {
+    rb.ControlRecordType.LEADER_CHANGE: control_records.decode_leader_change,
+    rb.ControlRecordType.SNAPSHOT_HEADER: control_records.decode_snapshot_header,
+    rb.ControlRecordType.SNAPSHOT_FOOTER: control_records.decode_snapshot_footer,
+}
+"""Control records whose value encoding the raft core owns (not protobuf)."""
+
 _CONTROL_MESSAGES = {
-    rb.ControlRecordType.LEADER_CHANGE: "LeaderChangeMessage",
-    rb.ControlRecordType.SNAPSHOT_HEADER: "SnapshotHeaderRecord",
-    rb.ControlRecordType.SNAPSHOT_FOOTER: "SnapshotFooterRecord",
     rb.ControlRecordType.KRAFT_VERSION: "KRaftVersionRecord",
     rb.ControlRecordType.KRAFT_VOTERS: "VotersRecord",
 }
@@ -396,6 +404,15 @@ def metadata_formatters() -> tuple[dump.PayloadFormatter, dump.ControlFormatter]
         return render("MetadataRecord", value)
 
     def render_control(record_type: rb.ControlRecordType, value: bytes) -> str:
+        # The raft layer owns the bytes of the control records it writes
+        # (kraftlog.raft.control_records); decode those with its decoder so a
+        # dump shows exactly what raft will read back.
+        raft_decoder = _RAFT_CONTROL_DECODERS.get(record_type)
+        if raft_decoder is not None:
+            try:
+                return json.dumps(dataclasses.asdict(raft_decoder(value)), separators=(",", ":"))
+            except errors.CorruptRecordError as exc:
+                return f"{dump.hex_payload(value)} (corrupt {record_type.name}: {exc})"
         name = _CONTROL_MESSAGES.get(record_type)
         return dump.hex_payload(value) if name is None else render(name, value)
 
