@@ -1,5 +1,5 @@
-"""StorageRaftLog: the RaftLog scenarios of test_memory_log run against both implementations,
-then what only a disk has: reopen, torn tails, snapshot files, corruption, a 3-node cluster."""
+"""The RaftLog contract, run against MemoryRaftLog and StorageRaftLog alike (the parametrized
+scenarios), then what only a disk has: reopen, torn tails, snapshot files, corruption, a 3-node cluster."""
 
 from __future__ import annotations
 
