@@ -812,7 +812,8 @@ class RaftClient:
             return True
         if epoch == self.epoch and leader_id >= 0 and leader_id != self.node_id \
                 and leader_id in self.quorum.voters \
-                and self.role in (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE):
+                and self.role in (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE) \
+                and getattr(self.quorum.state, "leader_id_hint", None) != leader_id:
             state = self.quorum.state
             if isinstance(state, es.ProspectiveState) and state.leader_id_hint not in (None,
                                                                                        leader_id):

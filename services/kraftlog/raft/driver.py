@@ -1,0 +1,348 @@
+"""The asyncio driver of one raft node: real time and gRPC around the sans-I/O core.
+
+Owns the :class:`~.consensus.RaftClient` and the one task that touches it. Every
+input (an inbound request from the :class:`~.transport.RaftServicer`, a response
+or send failure from :class:`~.transport.RaftPeers`, a call from the state
+machine such as ``propose`` or ``resign``) is put on an inbox queue; the task
+loops: handle one input, ``poll(now_ms)``, hand the core's outbound requests to
+the transport, then sleep until the wake-up time ``poll`` returned or the next
+input, whichever comes first. That is the driver contract in the core's
+docstring, and what ``tests/raft/sim.py`` does with virtual time.
+
+Time is a :class:`Clock`: the core runs on a monotonic millisecond clock;
+DescribeQuorum timestamps are moved to the wall clock (ms since the Unix epoch,
+as the protocol defines them) on the way out.
+
+Shutdown (:meth:`RaftDriver.stop`): a leader resigns (KIP-595 graceful
+resignation), the loop keeps running up to ``resign_wait_ms`` so EndQuorumEpoch
+reaches the voters, then the task is cancelled, pending callers get
+:class:`~.transport.DriverStoppedError` and the channels close. The log and the
+quorum-state store belong to the caller, who closes them after ``stop``. An
+exception from the core (an invariant violation, a disk error) is fatal: the
+task ends with it and :meth:`RaftDriver.wait` re-raises it.
+
+Edge module: asyncio and the clock live here; no raft rule does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from kraftlog import errors
+from kraftlog.raft import consensus, transport
+from kraftlog.raft import epoch_state as es
+from kraftlog.raft import messages as m
+from kraftlog.raft.quorum_state_store import QuorumStateStore
+from kraftlog.raft.raft_config import RaftConfig
+from kraftlog.raft.raft_log import RaftLog
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_SLEEP_MS = 1000
+"""Upper bound of one idle wait, so a lost wake-up can never stall the loop for long."""
+DEFAULT_RESIGN_WAIT_MS = 500
+
+
+class Clock(Protocol):
+    def monotonic_ms(self) -> int:
+        """Milliseconds on a clock that never goes back (the core's ``now_ms``)."""
+        ...
+
+    def wall_ms(self) -> int:
+        """Milliseconds since the Unix epoch (timestamps shown to operators)."""
+        ...
+
+
+class SystemClock:
+    def monotonic_ms(self) -> int:
+        return time.monotonic_ns() // 1_000_000
+
+    def wall_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Status:
+    """What the node knows, published after every poll that changed it."""
+
+    node_id: int
+    role: es.Role
+    epoch: int
+    leader_id: int
+
+
+# -- inbox items ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _InboundRequest:
+    source: int
+    request: m.RaftRequest
+    future: asyncio.Future[m.RaftResponse]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Response:
+    source: int
+    request: m.RaftRequest
+    response: m.RaftResponse
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _SendFailure:
+    destination: int
+    request: m.RaftRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Call:
+    fn: Callable[[consensus.RaftClient, int], Any]
+    future: asyncio.Future[Any]
+
+
+_Item = _InboundRequest | _Response | _SendFailure | _Call
+
+
+class _CoreSink:
+    """The core's MessageSink: buffers sends (flushed after each core call) and resolves
+    parked fetches. Never calls back into the core."""
+
+    def __init__(self) -> None:
+        self.outbox: list[tuple[int, m.RaftRequest]] = []
+        self.parked: dict[int, asyncio.Future[m.RaftResponse]] = {}
+        self.wall_offset_ms = 0
+
+    def send(self, destination: int, request: m.RaftRequest) -> None:
+        self.outbox.append((destination, request))
+
+    def complete(self, request_id: int, response: m.RaftResponse) -> None:
+        future = self.parked.pop(request_id, None)
+        if future is not None and not future.done():  # done: the caller's deadline passed
+            future.set_result(response)
+
+
+class RaftDriver:
+    """One raft node on asyncio. Create, :meth:`start`, then :meth:`stop`."""
+
+    def __init__(self, *, node_id: int, voters: Mapping[int, str], cluster_id: str,
+                 config: RaftConfig, log: RaftLog, store: QuorumStateStore,
+                 listener: consensus.RaftListener, clock: Clock | None = None,
+                 rng: random.Random | None = None,
+                 on_status: Callable[[Status], None] | None = None,
+                 resign_wait_ms: int = DEFAULT_RESIGN_WAIT_MS) -> None:
+        self.node_id = node_id
+        self.clock: Clock = clock or SystemClock()
+        self.config = config
+        self._on_status = on_status
+        self._resign_wait_ms = resign_wait_ms
+        self._sink = _CoreSink()
+        self._inbox: asyncio.Queue[_Item] = asyncio.Queue()
+        self._next_request_id = 0
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._last_role: es.Role | None = None
+        # Raises CorruptFileError here for an unreadable quorum-state: before any I/O starts.
+        self.client = consensus.RaftClient(
+            node_id=node_id, voters=voters, cluster_id=cluster_id, config=config, log=log,
+            store=store, rng=rng or random.Random(), listener=listener, sink=self._sink,
+            now_ms=self.clock.monotonic_ms(), on_event=self._on_event)
+        self._last_role = self.client.role
+        self.status = self._current_status()
+        self.peers = transport.RaftPeers(
+            {v: e for v, e in voters.items() if v != node_id}, self,
+            request_timeout_ms=config.request_timeout_ms,
+            retry_backoff_ms=config.retry_backoff_ms)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is not None:
+            raise RuntimeError(f"node {self.node_id}: driver already started")
+        self._task = asyncio.get_running_loop().create_task(self._run(),
+                                                            name=f"raft-driver-{self.node_id}")
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def wait(self) -> None:
+        """Until the loop ends; re-raises the core's exception if it failed."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def stop(self, *, graceful: bool = True) -> None:
+        """Resign if leader and give EndQuorumEpoch ``resign_wait_ms`` to go out; then stop."""
+        if graceful and self.running and not self._stopping:
+            try:
+                resigned = await self.call(lambda client, now_ms: client.resign(now_ms))
+            except transport.DriverStoppedError:
+                resigned = False
+            deadline_ms = self.clock.monotonic_ms() + self._resign_wait_ms
+            while resigned and self.running and self.clock.monotonic_ms() < deadline_ms:
+                # Reading (never mutating) the core from here is safe: one thread, and the
+                # owner task is parked at an await whenever this line runs.
+                state = self.client.quorum.state
+                if not (isinstance(state, es.ResignedState) and state.unacknowledged):
+                    break
+                await asyncio.sleep(0.01)
+        self._stopping = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            # return_exceptions: the loop's own failure was logged by _run; a cancel of
+            # the caller still propagates.
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._fail_pending()
+        await self.peers.close()
+
+    # -- inputs (any coroutine on the loop) ----------------------------------------------------------
+
+    async def handle_request(self, source: int, request: m.RaftRequest) -> m.RaftResponse:
+        if self._stopping or not self.running:
+            raise transport.DriverStoppedError(f"node {self.node_id} is not running")
+        future: asyncio.Future[m.RaftResponse] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(_InboundRequest(source=source, request=request, future=future))
+        return await future
+
+    def leader_and_epoch(self) -> tuple[int, int]:
+        return self.status.leader_id, self.status.epoch
+
+    def deliver_response(self, destination: int, request: m.RaftRequest,
+                         response: m.RaftResponse) -> None:
+        self._inbox.put_nowait(_Response(source=destination, request=request, response=response))
+
+    def deliver_send_failure(self, destination: int, request: m.RaftRequest) -> None:
+        self._inbox.put_nowait(_SendFailure(destination=destination, request=request))
+
+    async def call(self, fn: Callable[[consensus.RaftClient, int], T]) -> T:
+        """Run ``fn(client, now_ms)`` in the owner task (between polls) and return its result."""
+        if self._stopping or not self.running:
+            raise transport.DriverStoppedError(f"node {self.node_id} is not running")
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait(_Call(fn=fn, future=future))
+        result: T = await future
+        return result
+
+    async def propose(self, records: Sequence[bytes]) -> int:
+        """Queue records on the leader; returns the last one's offset (NotLeaderError if not)."""
+        values = [bytes(r) for r in records]
+        return await self.call(lambda client, now_ms: client.propose(values, now_ms))
+
+    # -- the owner task ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while not self._stopping:
+                now_ms = self.clock.monotonic_ms()
+                while not self._inbox.empty():
+                    self._handle(self._inbox.get_nowait(), now_ms)
+                wakeup_ms = self.client.poll(now_ms)
+                self._flush()
+                self._publish_status()
+                sleep_ms = min(max(wakeup_ms - self.clock.monotonic_ms(), 0), MAX_SLEEP_MS)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that
+                # races with the queue handing over an item, and stop() would then hang.
+                try:
+                    async with asyncio.timeout(sleep_ms / 1000):
+                        item = await self._inbox.get()
+                except TimeoutError:
+                    continue
+                self._handle(item, self.clock.monotonic_ms())
+                self._flush()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("node=%s epoch=%s event=driver_failed", self.node_id,
+                             self.client.epoch)
+            self._stopping = True
+            self._fail_pending()
+            raise
+
+    def _handle(self, item: _Item, now_ms: int) -> None:
+        client = self.client
+        if isinstance(item, _InboundRequest):
+            if item.future.done():  # the caller gave up (deadline) before we got to it
+                return
+            self._next_request_id += 1
+            answer = client.handle_request(item.source, item.request, now_ms,
+                                           self._next_request_id)
+            if isinstance(answer, m.Pending):
+                self._sink.parked[self._next_request_id] = item.future
+            else:
+                item.future.set_result(self._to_wall_clock(answer))
+        elif isinstance(item, _Response):
+            client.handle_response(item.source, item.request, item.response, now_ms)
+        elif isinstance(item, _SendFailure):
+            client.handle_send_failure(item.destination, item.request, now_ms)
+        else:
+            if item.future.done():
+                return
+            try:
+                result = item.fn(client, now_ms)
+            except (errors.NotLeaderError, ValueError) as exc:  # expected outcomes for callers
+                item.future.set_exception(exc)
+                return
+            item.future.set_result(result)
+
+    def _to_wall_clock(self, response: m.RaftResponse) -> m.RaftResponse:
+        if not isinstance(response, m.DescribeQuorumResponse):
+            return response
+        offset_ms = self.clock.wall_ms() - self.clock.monotonic_ms()
+
+        def shift(r: m.ReplicaDescription) -> m.ReplicaDescription:
+            return dataclasses.replace(
+                r, last_fetch_timestamp=(r.last_fetch_timestamp + offset_ms
+                                         if r.last_fetch_timestamp >= 0 else -1),
+                last_caught_up_timestamp=(r.last_caught_up_timestamp + offset_ms
+                                          if r.last_caught_up_timestamp >= 0 else -1))
+
+        return dataclasses.replace(response,
+                                   current_voters=tuple(shift(r) for r in response.current_voters),
+                                   observers=tuple(shift(r) for r in response.observers))
+
+    def _flush(self) -> None:
+        outbox, self._sink.outbox = self._sink.outbox, []
+        for destination, request in outbox:
+            self.peers.send(destination, request)
+
+    def _fail_pending(self) -> None:
+        stopped = transport.DriverStoppedError(f"node {self.node_id} stopped")
+        for future in self._sink.parked.values():
+            if not future.done():
+                future.set_exception(stopped)
+        self._sink.parked.clear()
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if isinstance(item, _InboundRequest | _Call) and not item.future.done():
+                item.future.set_exception(stopped)
+
+    # -- observability -------------------------------------------------------------------------------
+
+    def _current_status(self) -> Status:
+        return Status(node_id=self.node_id, role=self.client.role, epoch=self.client.epoch,
+                      leader_id=self.client.leader_hint())
+
+    def _publish_status(self) -> None:
+        status = self._current_status()
+        if status != self.status:
+            self.status = status
+            if self._on_status is not None:
+                self._on_status(status)
+
+    def _on_event(self, event: consensus.RaftEvent) -> None:
+        if event.kind is consensus.RaftEventKind.ROLE_CHANGE:
+            role_name, _, reason = event.detail.partition(": ")
+            previous = self._last_role.value if self._last_role is not None else "-"
+            self._last_role = self.client.role
+            logger.info("node=%s epoch=%s from=%s to=%s leader=%s reason=%r", event.node_id,
+                        event.epoch, previous, role_name, event.leader_id, reason)
+        else:
+            logger.info("node=%s epoch=%s event=%s leader=%s detail=%r", event.node_id,
+                        event.epoch, event.kind.value, event.leader_id, event.detail)

@@ -1,0 +1,273 @@
+"""The raft RPCs over gRPC (grpc.aio): the RaftService server and the peer client.
+
+Server side, :class:`RaftServicer` validates and converts each protobuf request
+(:mod:`.convert`), hands it to a :class:`RequestHandler` (the driver, which
+owns the core) and awaits the answer, which may come much later for a parked
+Fetch. Invalid input is answered with an error response, never an exception;
+a stopped driver answers UNAVAILABLE (a transport failure). KIP-853's
+Add/Remove/UpdateRaftVoter answer UNSUPPORTED_VERSION: the voter set is the
+static ``controller.quorum.voters``.
+
+Client side, :class:`RaftPeers` implements ``send(destination, request)``: one
+channel per peer, created on first use and reused; each call runs as its own
+task with the deadline ``controller.quorum.request.timeout.ms``; the answer or
+the failure goes back to a :class:`ResponseSink` (the driver's inbox), never
+into the core directly. Retry pacing after a failure is the core's
+(``controller.quorum.retry.backoff.ms`` per destination); the channels
+reconnect with that backoff as their floor and a low ceiling, so a restarted
+peer is reached again within about a second rather than gRPC's default two
+minutes.
+
+Message-size limits are raised on both sides (:data:`MAX_MESSAGE_BYTES`) so a
+Fetch or FetchSnapshot answer of ``fetch_max_bytes`` plus one oversized batch
+fits. Loopback or plaintext only: no TLS yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, cast
+
+import grpc
+import grpc.aio
+
+from kraftlog import errors
+from kraftlog.raft import convert
+from kraftlog.raft import messages as m
+from kraftlog.v1 import common_pb2, raft_pb2, raft_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest gRPC message sent or received, in bytes (gRPC's default is 4 MiB)."""
+DEFAULT_MAX_RECONNECT_BACKOFF_MS = 1000
+
+
+class DriverStoppedError(errors.KraftlogError):
+    """The driver no longer accepts requests (shutting down or failed)."""
+
+
+class RequestHandler(Protocol):
+    """What the servicer needs from the driver."""
+
+    async def handle_request(self, source: int, request: m.RaftRequest) -> m.RaftResponse:
+        """Answer ``request`` (raises :class:`DriverStoppedError` once stopping)."""
+        ...
+
+    def leader_and_epoch(self) -> tuple[int, int]:
+        """The last known (leader id or -1, epoch), for answers the core does not make."""
+        ...
+
+
+class ResponseSink(Protocol):
+    """Where :class:`RaftPeers` reports the outcome of a send (thread: the event loop)."""
+
+    def deliver_response(self, destination: int, request: m.RaftRequest,
+                         response: m.RaftResponse) -> None: ...
+
+    def deliver_send_failure(self, destination: int, request: m.RaftRequest) -> None: ...
+
+
+def server_options() -> list[tuple[str, Any]]:
+    return [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 0)]
+
+
+def channel_options(*, retry_backoff_ms: int,
+                    max_reconnect_backoff_ms: int = DEFAULT_MAX_RECONNECT_BACKOFF_MS,
+                    ) -> list[tuple[str, Any]]:
+    ceiling = max(retry_backoff_ms, max_reconnect_backoff_ms)
+    return [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.initial_reconnect_backoff_ms", retry_backoff_ms),
+            ("grpc.min_reconnect_backoff_ms", retry_backoff_ms),
+            ("grpc.max_reconnect_backoff_ms", ceiling),
+            ("grpc.enable_retries", 0)]
+
+
+# -- server ---------------------------------------------------------------------------------------
+
+class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
+    """RaftService backed by a :class:`RequestHandler`; attach one before serving traffic."""
+
+    def __init__(self, handler: RequestHandler | None = None) -> None:
+        self.handler = handler
+
+    async def _serve(self, request: convert.ProtoRequest, context: Any) -> convert.ProtoResponse:
+        handler = self.handler
+        if handler is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "raft driver not started yet")
+            raise AssertionError("unreachable: abort raises")
+        leader_id, epoch = handler.leader_and_epoch()
+        converted = convert.request_from_proto(request)
+        if isinstance(converted, convert.Invalid):
+            logger.info("event=invalid_request rpc=%s reason=%r", type(request).__name__,
+                        converted.message)
+            return convert.error_response(type(request), converted, leader_id=leader_id,
+                                          epoch=epoch)
+        try:
+            response = await handler.handle_request(convert.request_source(converted), converted)
+        except DriverStoppedError:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "raft driver is stopping")
+            raise AssertionError("unreachable: abort raises") from None
+        return convert.response_to_proto(response)
+
+    async def Vote(self, request: raft_pb2.VoteRequest, context: Any) -> raft_pb2.VoteResponse:
+        return cast(raft_pb2.VoteResponse, await self._serve(request, context))
+
+    async def BeginQuorumEpoch(self, request: raft_pb2.BeginQuorumEpochRequest,
+                               context: Any) -> raft_pb2.BeginQuorumEpochResponse:
+        return cast(raft_pb2.BeginQuorumEpochResponse, await self._serve(request, context))
+
+    async def EndQuorumEpoch(self, request: raft_pb2.EndQuorumEpochRequest,
+                             context: Any) -> raft_pb2.EndQuorumEpochResponse:
+        return cast(raft_pb2.EndQuorumEpochResponse, await self._serve(request, context))
+
+    async def Fetch(self, request: raft_pb2.RaftFetchRequest,
+                    context: Any) -> raft_pb2.RaftFetchResponse:
+        return cast(raft_pb2.RaftFetchResponse, await self._serve(request, context))
+
+    async def FetchSnapshot(self, request: raft_pb2.FetchSnapshotRequest,
+                            context: Any) -> raft_pb2.FetchSnapshotResponse:
+        return cast(raft_pb2.FetchSnapshotResponse, await self._serve(request, context))
+
+    async def DescribeQuorum(self, request: raft_pb2.DescribeQuorumRequest,
+                             context: Any) -> raft_pb2.DescribeQuorumResponse:
+        return cast(raft_pb2.DescribeQuorumResponse, await self._serve(request, context))
+
+    def _unsupported(self, rpc: str) -> tuple[common_pb2.Error, common_pb2.LeaderHint]:
+        leader_id, epoch = self.handler.leader_and_epoch() if self.handler else (-1, -1)
+        return (common_pb2.Error(code=common_pb2.UNSUPPORTED_VERSION,
+                                 message=f"{rpc}: dynamic voters (KIP-853) are not supported; "
+                                         "the voter set is controller.quorum.voters"),
+                common_pb2.LeaderHint(leader_id=leader_id, leader_epoch=epoch))
+
+    async def AddRaftVoter(self, request: raft_pb2.AddRaftVoterRequest,
+                           context: Any) -> raft_pb2.AddRaftVoterResponse:
+        error, hint = self._unsupported("AddRaftVoter")
+        return raft_pb2.AddRaftVoterResponse(error=error, current_leader=hint)
+
+    async def RemoveRaftVoter(self, request: raft_pb2.RemoveRaftVoterRequest,
+                              context: Any) -> raft_pb2.RemoveRaftVoterResponse:
+        error, hint = self._unsupported("RemoveRaftVoter")
+        return raft_pb2.RemoveRaftVoterResponse(error=error, current_leader=hint)
+
+    async def UpdateRaftVoter(self, request: raft_pb2.UpdateRaftVoterRequest,
+                              context: Any) -> raft_pb2.UpdateRaftVoterResponse:
+        error, hint = self._unsupported("UpdateRaftVoter")
+        return raft_pb2.UpdateRaftVoterResponse(error=error, current_leader=hint)
+
+
+def create_server(servicer: RaftServicer) -> Any:
+    """A grpc.aio server with RaftService registered (not yet bound or started)."""
+    server = grpc.aio.server(options=server_options())
+    raft_pb2_grpc.add_RaftServiceServicer_to_server(servicer, server)
+    return server
+
+
+# -- client ---------------------------------------------------------------------------------------
+
+def _method(stub: Any, request: m.RaftRequest) -> Callable[..., Awaitable[Any]]:
+    if isinstance(request, m.VoteRequest):
+        return stub.Vote  # type: ignore[no-any-return]
+    if isinstance(request, m.BeginQuorumEpochRequest):
+        return stub.BeginQuorumEpoch  # type: ignore[no-any-return]
+    if isinstance(request, m.EndQuorumEpochRequest):
+        return stub.EndQuorumEpoch  # type: ignore[no-any-return]
+    if isinstance(request, m.FetchRequest):
+        return stub.Fetch  # type: ignore[no-any-return]
+    if isinstance(request, m.FetchSnapshotRequest):
+        return stub.FetchSnapshot  # type: ignore[no-any-return]
+    return stub.DescribeQuorum  # type: ignore[no-any-return]
+
+
+class RaftPeers:
+    """The client half: ``send`` to a node id, outcome to ``sink``. One owner (the driver)."""
+
+    def __init__(self, endpoints: Mapping[int, str], sink: ResponseSink, *,
+                 request_timeout_ms: int, retry_backoff_ms: int,
+                 max_reconnect_backoff_ms: int = DEFAULT_MAX_RECONNECT_BACKOFF_MS) -> None:
+        self._endpoints = dict(endpoints)
+        self._sink = sink
+        self._timeout_s = request_timeout_ms / 1000
+        self._options = channel_options(retry_backoff_ms=retry_backoff_ms,
+                                        max_reconnect_backoff_ms=max_reconnect_backoff_ms)
+        self._channels: dict[int, Any] = {}
+        self._stubs: dict[int, raft_pb2_grpc.RaftServiceStub] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def _stub(self, destination: int) -> raft_pb2_grpc.RaftServiceStub | None:
+        stub = self._stubs.get(destination)
+        if stub is None:
+            target = self._endpoints.get(destination)
+            if target is None:
+                return None
+            channel = grpc.aio.insecure_channel(target, options=self._options)
+            self._channels[destination] = channel
+            stub = self._stubs[destination] = raft_pb2_grpc.RaftServiceStub(channel)
+        return stub
+
+    def send(self, destination: int, request: m.RaftRequest) -> None:
+        """Start the call; never blocks and never calls back synchronously."""
+        if self._closed:
+            return
+        task = asyncio.get_running_loop().create_task(self._call(destination, request),
+                                                      name=f"raft-send-{destination}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _call(self, destination: int, request: m.RaftRequest) -> None:
+        stub = self._stub(destination)
+        if stub is None:
+            logger.warning("event=send_failed to=%s reason=unknown_destination", destination)
+            self._sink.deliver_send_failure(destination, request)
+            return
+        try:
+            answer = await _method(stub, request)(convert.request_to_proto(request),
+                                                  timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            logger.debug("event=send_failed to=%s rpc=%s code=%s", destination,
+                         type(request).__name__, exc.code())
+            self._sink.deliver_send_failure(destination, request)
+            return
+        except Exception as exc:
+            # (a closed channel, a serialisation bug); the core must hear of it, or the
+            # destination would stay "in flight" until the request timeout.
+            logger.warning("event=send_failed to=%s rpc=%s error=%r", destination,
+                           type(request).__name__, exc)
+            self._sink.deliver_send_failure(destination, request)
+            return
+        response = convert.response_from_proto(answer)
+        if isinstance(response, convert.Invalid):
+            logger.warning("event=invalid_response from=%s rpc=%s reason=%r", destination,
+                           type(request).__name__, response.message)
+            self._sink.deliver_send_failure(destination, request)
+            return
+        self._sink.deliver_response(destination, request, response)
+
+    async def close(self) -> None:
+        """Cancel calls in flight and close every channel."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+
+async def describe_quorum(target: str, *, timeout_s: float = 2.0) -> raft_pb2.DescribeQuorumResponse:
+    """One DescribeQuorum call to ``host:port`` (tools and tests); gRPC errors propagate."""
+    async with grpc.aio.insecure_channel(target, options=channel_options(retry_backoff_ms=50)) \
+            as channel:
+        stub = raft_pb2_grpc.RaftServiceStub(channel)
+        answer: raft_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
+            raft_pb2.DescribeQuorumRequest(), timeout=timeout_s)
+        return answer
