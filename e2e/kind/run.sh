@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Full kind e2e: create cluster, build + load image, helm install, wait, helm test.
+# Needs docker, kind and kubectl; helm comes from PATH or scripts/install-helm.sh.
+#
+#   e2e/kind/run.sh                          default values
+#   e2e/kind/run.sh -f charts/kraftlog/ci/values-5-controllers.yaml
+#   KEEP_CLUSTER=0 e2e/kind/run.sh           delete the cluster afterwards
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=e2e/kind/lib.sh
+source "${here}/lib.sh"
+
+cleanup() {
+  local rc=$?
+  if [[ "${rc}" != 0 ]]; then
+    log "failed (exit ${rc}); pods and recent events:"
+    kc get pods -o wide || true
+    kc get events --sort-by=.lastTimestamp | tail -n 40 || true
+  fi
+  if [[ "${KEEP_CLUSTER:-1}" == 0 ]]; then
+    kind delete cluster --name "${KIND_CLUSTER}" || true
+  fi
+  exit "${rc}"
+}
+trap cleanup EXIT
+
+"${here}/create-cluster.sh"
+"${here}/build-and-load.sh"
+"${here}/install.sh" "$@"
+"${here}/helm-test.sh"
+log "kind e2e passed"
