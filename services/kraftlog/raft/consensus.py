@@ -437,15 +437,18 @@ class RaftClient:
 
     def _drain_accumulator(self, state: es.LeaderState, now_ms: int) -> None:
         pending = state.accumulated
+        first_offset = state.next_offset - len(pending)
         state.accumulated = []
+        state.accumulated_bytes = 0
         state.linger_deadline_ms = None
-        batch = rb.build_batch([rb.RecordInput(value=p.value, timestamp_ms=now_ms) for p in pending],
-                               now_ms=now_ms)
+        batch = rb.build_batch(
+            [rb.RecordInput(value=value, timestamp_ms=now_ms) for value in pending],
+            now_ms=now_ms)
         info = self.log.append_as_leader(batch, state.epoch)
-        if info.first_offset != pending[0].offset or info.last_offset != pending[-1].offset:
+        if info.first_offset != first_offset or info.last_offset != state.next_offset - 1:
             raise InvariantViolation(
                 f"node {self.node_id} epoch {state.epoch}: proposals promised offsets "
-                f"{pending[0].offset}..{pending[-1].offset} but were appended at "
+                f"{first_offset}..{state.next_offset - 1} but were appended at "
                 f"{info.first_offset}..{info.last_offset}")
 
     def _resign(self, state: es.LeaderState, successors: list[int], now_ms: int, *,
@@ -471,12 +474,13 @@ class RaftClient:
                                  leader_endpoint=self.voter_endpoints.get(self.leader_hint(), ""))
         if not records:
             raise ValueError("propose() needs at least one record")
-        for value in records:
-            state.accumulated.append(es.PendingRecord(offset=state.next_offset, value=bytes(value)))
-            state.next_offset += 1
+        values = [bytes(value) for value in records]
+        state.accumulated.extend(values)
+        state.accumulated_bytes += sum(map(len, values))
+        state.next_offset += len(values)
         if state.linger_deadline_ms is None:
             state.linger_deadline_ms = now_ms + self.config.append_linger_ms
-        if sum(len(p.value) for p in state.accumulated) >= self.config.max_batch_bytes:
+        if state.accumulated_bytes >= self.config.max_batch_bytes:
             self._drain_accumulator(state, now_ms)
         return state.next_offset - 1
 

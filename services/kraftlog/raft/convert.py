@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kraftlog.raft import messages as m
-from kraftlog.raft.error_codes import ErrorCode
+from kraftlog.raft.error_codes import RAFT_ERROR_CODES, ErrorCode
 from kraftlog.v1 import common_pb2, raft_pb2
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -76,10 +76,9 @@ def _error(code: ErrorCode, message: str = "") -> common_pb2.Error:
 
 
 def _error_code(error: common_pb2.Error) -> ErrorCode | Invalid:
-    try:
-        return ErrorCode(error.code)
-    except ValueError:
+    if error.code not in RAFT_ERROR_CODES:
         return _invalid(f"error code {error.code} is not one the raft core knows")
+    return ErrorCode(error.code)
 
 
 def endpoint_to_proto(endpoint: str) -> list[common_pb2.Endpoint]:

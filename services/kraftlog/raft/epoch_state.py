@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from kraftlog.ids import Epoch, NodeId
 from kraftlog.raft.messages import OffsetAndEpoch
@@ -219,14 +218,6 @@ class ReplicaState:
         self.last_fetch_leader_end_offset = leader_end_offset
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PendingRecord:
-    """A proposed record waiting for the linger timer; ``offset`` is already promised."""
-
-    offset: int
-    value: bytes
-
-
 class LeaderState(EpochState):
     """Leading ``epoch``: replica fetch state, HW, linger buffer, check-quorum timer.
 
@@ -236,7 +227,8 @@ class LeaderState(EpochState):
     and never decreases afterwards.
     """
 
-    __slots__ = ("accumulated", "acknowledged", "check_quorum_deadline_ms", "epoch_start_offset",
+    __slots__ = ("accumulated", "accumulated_bytes", "acknowledged", "check_quorum_deadline_ms",
+                 "epoch_start_offset",
                  "fetched_voters", "high_watermark", "linger_deadline_ms", "local_id",
                  "next_offset", "observers", "voters")
     role = Role.LEADER
@@ -252,7 +244,10 @@ class LeaderState(EpochState):
         self.observers: dict[int, ReplicaState] = {}
         self.check_quorum_deadline_ms = check_quorum_deadline_ms
         self.fetched_voters: set[int] = set()
-        self.accumulated: list[PendingRecord] = []
+        # Proposed values waiting for the linger timer; they are promised the offsets
+        # next_offset - len(accumulated) .. next_offset - 1, in order.
+        self.accumulated: list[bytes] = []
+        self.accumulated_bytes = 0
         self.linger_deadline_ms: int | None = None
         self.next_offset = epoch_start_offset
         # Voters that answered BeginQuorumEpoch or fetched in this epoch: no more Begin to them.
