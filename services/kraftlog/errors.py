@@ -10,9 +10,12 @@ invariant violations.
     ├── ConfigError             bad configuration value or file
     ├── StorageError            something on disk is wrong
     │   ├── CorruptRecordError  a record batch fails its size/CRC/format checks
+    │   │   └── UnsupportedCompressionTypeError  a batch names a codec id kraftlog cannot handle
     │   ├── CorruptFileError    a checkpoint / meta.properties / quorum-state file is unreadable
     │   └── InconsistentStorageError  a data dir belongs to another cluster or node
+    ├── InvalidTopicError       an illegal topic name (also a ValueError)
     ├── OffsetOutOfRangeError   a read or truncation names an offset the log does not hold
+    │   └── UnexpectedAppendOffsetError  a follower append does not start at the log end
     ├── NotLeaderError          this node is not the leader; carries a hint
     ├── StaleEpochError         a request carries an epoch older than ours
     └── InvariantViolation      a bug: state that must never happen (fatal, never swallowed)
@@ -50,6 +53,14 @@ class CorruptRecordError(StorageError):
         self.position = position
 
 
+class UnsupportedCompressionTypeError(CorruptRecordError):
+    """A batch's attributes name a compression codec that cannot be used here.
+
+    Codec ids 5-7 do not exist in Kafka; SNAPPY (2) is a Kafka codec that kraftlog
+    cannot decompress. Kafka's error code UNSUPPORTED_COMPRESSION_TYPE (76).
+    """
+
+
 class CorruptFileError(StorageError):
     """A small metadata file (checkpoint, meta.properties, quorum-state) is unreadable."""
 
@@ -63,8 +74,31 @@ class InconsistentStorageError(StorageError):
     """A data directory was formatted for a different cluster or node."""
 
 
+class InvalidTopicError(KraftlogError, ValueError):
+    """A topic name breaks Kafka's rules, or a directory name is not ``<topic>-<partition>``.
+
+    Kafka's InvalidTopicException, error code INVALID_TOPIC_EXCEPTION (17). Also
+    a ``ValueError``, which is what name validation raised before it existed.
+    """
+
+
 class OffsetOutOfRangeError(KraftlogError):
     """An offset lies outside [log start offset, log end offset]."""
+
+
+class UnexpectedAppendOffsetError(OffsetOutOfRangeError):
+    """A follower append's first batch does not start at the log end offset.
+
+    Kafka's UnexpectedAppendOffsetException.
+    ``first_offset`` and ``last_offset`` are the append's; ``log_end_offset`` the log's.
+    The replica fetcher treats it as a reason to truncate or refetch, not as corruption.
+    """
+
+    def __init__(self, message: str, *, first_offset: int, last_offset: int, log_end_offset: int):
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.log_end_offset = log_end_offset
 
 
 class NotLeaderError(KraftlogError):

@@ -68,7 +68,7 @@ class FakeRaft:
         self.leading = False
         self.proposed: list[tuple[int, list[bytes]]] = []
 
-    async def propose(self, records: Sequence[bytes]) -> int:
+    def propose_nowait(self, records: Sequence[bytes]) -> int:
         if not self.leading:
             raise errors.NotLeaderError("not the leader", leader_id=2)
         first = self.next_offset

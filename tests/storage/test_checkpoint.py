@@ -39,8 +39,8 @@ def test_legal_topic_names(name: str) -> None:
         ("ümlaut", "character"),
     ],
 )
-def test_illegal_topic_names(name: str, reason: str) -> None:
-    with pytest.raises(ValueError, match=reason):
+def test_illegal_topic_names_raise_invalid_topic_error(name: str, reason: str) -> None:
+    with pytest.raises(errors.InvalidTopicError, match=reason):
         topic_partition.validate_topic_name(name)
 
 
@@ -55,8 +55,9 @@ def test_topic_partition_dir_name_round_trips() -> None:
 @pytest.mark.parametrize("name", ["topic", "-3", "topic-", "topic-x", "topic-01", "topic-1.abc-delete",
                                   "a b-1", "topic-99999999999"])
 def test_parse_dir_name_rejects_non_partition_dirs(name: str) -> None:
-    with pytest.raises(ValueError, match="directory name"):
+    with pytest.raises(errors.InvalidTopicError, match="directory name") as raised:
         topic_partition.parse_dir_name(name)
+    assert isinstance(raised.value, ValueError)  # what callers caught before InvalidTopicError existed
 
 
 def test_topic_partition_rejects_bad_partitions() -> None:

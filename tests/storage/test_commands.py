@@ -87,6 +87,26 @@ def test_reformat_with_same_ids_is_idempotent_and_leaves_bytes_unchanged(
     assert snapshot(tmp_path) == before
 
 
+def test_ignore_formatted_skips_every_formatted_dir_even_a_foreign_one(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    foreign, fresh = tmp_path / "foreign", tmp_path / "fresh"
+    run(capsys, "storage", "format", "--cluster-id", OTHER_CLUSTER, "--node-id", "1", "--data-dir", str(foreign))
+    before = (foreign / "meta.properties").read_bytes()
+    args = ("storage", "format", "--cluster-id", CLUSTER, "--node-id", "1",
+            "--data-dir", str(foreign), "--data-dir", str(fresh))
+    assert run(capsys, *args)[0] == 1  # without the flag: refused
+    assert not fresh.exists()
+    code, out, err = run(capsys, *args, "--ignore-formatted")
+    assert (code, err) == (0, "")
+    assert f"{foreign}: already formatted (cluster.id={OTHER_CLUSTER}, node.id=1); skipped (--ignore-formatted)" in out
+    assert f"Formatting directory {fresh}" in out
+    assert (foreign / "meta.properties").read_bytes() == before
+    assert meta_properties.read(fresh) is not None
+    code, out, _ = run(capsys, *args, "-g")
+    assert code == 0 and out.endswith("All of the log directories are already formatted.\n")
+
+
 def test_reformat_formats_only_the_new_dir(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     d1, d2 = tmp_path / "d1", tmp_path / "d2"
     run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1", "--data-dir", str(d1))
@@ -442,6 +462,21 @@ def test_dump_of_a_partition_directory_and_its_other_files(
     assert "timestamp: 1001 offset: 101\ntimestamp: 2000 offset: 102\n(entries from 2 on are zero-filled" in out
     assert "epoch: 3 startOffset: 100\nepoch: 4 startOffset: 102\n" in out
     assert "Log starting offset: 100" in out and "unrelated" not in out
+
+
+def test_dump_of_a_kafka_txnindex_says_kraftlog_writes_none_and_prints_its_aborted_transactions(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / f"{100:020d}.txnindex"
+    path.write_bytes(struct.pack(">hqqqq", 0, 4001, 120, 130, 125) + struct.pack(">hqqqq", 0, 4002, 131, 140, 131))
+    code, out, _ = run(capsys, "log", "dump", str(path))
+    assert code == 0
+    assert "Note: kraftlog writes no .txnindex" in out
+    assert ("version: 0 producerId: 4001 firstOffset: 120 lastOffset: 130 lastStableOffset: 125\n"
+            "version: 0 producerId: 4002 firstOffset: 131 lastOffset: 140 lastStableOffset: 131\n") in out
+    path.write_bytes(struct.pack(">hqqqq", 0, 1, 2, 3, 4) + b"\x00" * 5)
+    code, out, _ = run(capsys, "log", "dump", str(path))
+    assert code == 1 and "5 trailing bytes after 1 entries" in out
 
 
 def test_dump_of_checkpoints_and_meta_properties(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

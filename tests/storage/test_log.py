@@ -12,6 +12,8 @@ from kraftlog.errors import (
     CorruptRecordError,
     InvariantViolation,
     OffsetOutOfRangeError,
+    UnexpectedAppendOffsetError,
+    UnsupportedCompressionTypeError,
 )
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log import Log, OffsetAndTimestamp
@@ -95,6 +97,101 @@ def test_leader_append_rejects_invalid_input_and_leaves_the_log_unchanged(tmp_pa
     log.close()
 
 
+def test_leader_append_leaves_a_writable_buffer_unchanged_when_a_later_batch_is_bad(
+        tmp_path: pathlib.Path) -> None:
+    log = open_log(tmp_path)
+    good = batch(2, base_offset=77, epoch=9)
+    bad = bytearray(batch(1))
+    bad[-1] ^= 0xFF
+    buf = bytearray(good + good + bytes(bad))
+    before = bytes(buf)
+    with pytest.raises(CorruptRecordError, match=f"CRC.*at byte {2 * len(good)}|at byte {2 * len(good)}"):
+        log.append_as_leader(buf, leader_epoch=3, now_ms=0)
+    assert bytes(buf) == before  # the two good batches were stamped, then put back
+    assert (log.log_end_offset, log.size_in_bytes) == (0, 0)
+    log.close()
+
+
+def test_leader_append_names_an_unknown_codec_id(tmp_path: pathlib.Path) -> None:
+    log = open_log(tmp_path)
+    data = bytearray(batch(1))
+    data[rb.ATTRIBUTES_OFFSET + 1] |= 5  # codec id 5: not a Kafka codec
+    data[rb.CRC_OFFSET:rb.ATTRIBUTES_OFFSET] = rb.BatchHeader(data).compute_crc().to_bytes(4, "big")
+    with pytest.raises(UnsupportedCompressionTypeError, match="unknown compression codec id 5"):
+        log.append_as_leader(data, leader_epoch=0, now_ms=0)
+    assert log.log_end_offset == 0
+    log.close()
+
+
+def test_log_append_time_sets_max_timestamp_and_the_attribute_and_keeps_the_crc_valid(
+        tmp_path: pathlib.Path) -> None:
+    log = Log.open(tmp_path, LogConfig(message_timestamp_type=rb.TimestampType.LOG_APPEND_TIME,
+                                       index_interval_bytes=0), now_ms=0)
+    info = log.append_as_leader(batch(3, ts=1000) + batch(2, ts=5000), leader_epoch=1, now_ms=777_000)
+    assert (info.max_timestamp, info.offset_of_max_timestamp, info.log_append_time_ms) == (777_000, 2, 777_000)
+    data = log.read(0, 10_000).records
+    for header in rb.iter_batches(data):
+        header.validate()  # the CRC was recomputed over the patched fields
+        assert header.timestamp_type is rb.TimestampType.LOG_APPEND_TIME
+        assert header.max_timestamp == 777_000
+    assert {r.timestamp_ms for b in rb.decode_batches(data) for r in b.records} == {777_000}
+    assert log.offset_for_timestamp(777_000) == OffsetAndTimestamp(0, 777_000)
+    assert log.offset_for_timestamp(6000) == OffsetAndTimestamp(0, 777_000)  # producer times are gone
+    log.close()
+    create_time = Log.open(tmp_path / "c", LogConfig(), now_ms=0)
+    assert create_time.append_as_leader(batch(1, ts=1000), leader_epoch=1, now_ms=777_000).log_append_time_ms == -1
+    assert rb.BatchHeader(create_time.read(0, 10_000).records).max_timestamp == 1000
+    create_time.close()
+
+
+def test_read_only_and_writable_buffers_append_the_same_bytes(tmp_path: pathlib.Path) -> None:
+    # bytes are written as stamped prefixes + views (pwritev, no copy); a bytearray is
+    # patched in place. Files must not differ, across rolls (which re-plan the index
+    # from the unstamped bytes) and appends of more batches than one pwritev takes.
+    appends = [b"".join(batch(n, ts=1000 + 7 * n) for n in (1, 5, 2, 9)),
+               b"".join(batch(1, ts=3000 + i, value=b"s") for i in range(600)),
+               batch(20, ts=5000), batch(3, ts=900)]
+    config = {"segment_bytes": 60_000, "index_interval_bytes": 200}
+    logs = {kind: open_log(tmp_path / kind, **config) for kind in ("bytes", "bytearray")}
+    for data in appends * 3:
+        a = logs["bytes"].append_as_leader(data, leader_epoch=2, now_ms=0)
+        b = logs["bytearray"].append_as_leader(bytearray(data), leader_epoch=2, now_ms=0)
+        assert a == b
+    assert len(logs["bytes"].segments) > 1
+    for log in logs.values():
+        log.close()
+    names = sorted(p.name for p in (tmp_path / "bytes").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "bytearray").iterdir())
+    for name in names:
+        assert (tmp_path / "bytes" / name).read_bytes() == (tmp_path / "bytearray" / name).read_bytes(), name
+    reopened = open_log(tmp_path / "bytes", **config)
+    assert [h[0] for h in headers(reopened.read(0, 10**7).records)][:5] == [0, 1, 6, 8, 17]
+    reopened.close()
+
+
+def test_leader_append_plans_the_index_entries_recovery_would_build(tmp_path: pathlib.Path) -> None:
+    # The leader path plans index entries while it stamps (record_batch.stamp_range);
+    # a recovery rebuilds them from a header walk. Both must agree, entry for entry.
+    sizes = [1, 7, 2, 30, 1, 1, 12, 3, 9, 1, 2, 40, 5]
+    log = open_log(tmp_path, index_interval_bytes=1500)
+    for round_ in range(4):
+        appended = b"".join(batch(n, ts=2000 + 100 * round_ + n * (-1) ** n) for n in sizes[round_:])
+        log.append_as_leader(appended, leader_epoch=round_, now_ms=0)
+    end = log.log_end_offset
+    log.close_handlers()
+    offset_index = (tmp_path / "00000000000000000000.index").read_bytes()
+    time_index = (tmp_path / "00000000000000000000.timeindex").read_bytes()
+    assert len(offset_index) >= 8 * 10 and len(time_index) >= 12 * 2
+    for name in ("00000000000000000000.index", "00000000000000000000.timeindex"):
+        (tmp_path / name).unlink()
+    rebuilt = open_log(tmp_path, index_interval_bytes=1500)  # recovery point 0: full recovery scan
+    assert rebuilt.log_end_offset == end
+    rebuilt.close_handlers()
+    assert (tmp_path / "00000000000000000000.index").read_bytes() == offset_index
+    # The rebuild also appends the final (max timestamp) entry of an inactive segment.
+    assert (tmp_path / "00000000000000000000.timeindex").read_bytes()[:len(time_index)] == time_index
+
+
 def test_leader_append_rejects_a_batch_with_a_bad_crc(tmp_path: pathlib.Path) -> None:
     log = open_log(tmp_path)
     data = bytearray(batch())
@@ -121,10 +218,14 @@ def test_follower_append_keeps_offsets_and_tracks_epochs(tmp_path: pathlib.Path)
 def test_follower_append_rejects_gaps_overlaps_and_corruption_naming_the_position(tmp_path: pathlib.Path) -> None:
     log = open_log(tmp_path)
     log.append_as_follower(batch(2, base_offset=0), now_ms=0)
-    with pytest.raises(OffsetOutOfRangeError, match=r"log end offset is 2.*gap"):
-        log.append_as_follower(batch(1, base_offset=5), now_ms=0)
-    with pytest.raises(OffsetOutOfRangeError, match="overlap"):
+    with pytest.raises(UnexpectedAppendOffsetError, match=r"log end offset is 2.*gap") as gap:
+        log.append_as_follower(batch(1, base_offset=5) + batch(2, base_offset=6), now_ms=0)
+    assert (gap.value.first_offset, gap.value.last_offset, gap.value.log_end_offset) == (5, 7, 2)
+    with pytest.raises(UnexpectedAppendOffsetError, match="overlap"):
         log.append_as_follower(batch(1, base_offset=1), now_ms=0)
+    # Still an OffsetOutOfRangeError for callers written before the subclass existed.
+    with pytest.raises(OffsetOutOfRangeError):
+        log.append_as_follower(batch(1, base_offset=0), now_ms=0)
     first = batch(1, base_offset=2)
     with pytest.raises(CorruptRecordError, match=f"gap.*at byte {len(first)}"):
         log.append_as_follower(first + batch(1, base_offset=9), now_ms=0)
@@ -517,6 +618,13 @@ def test_log_config_validates_and_reads_kafka_property_names() -> None:
         LogConfig(flush_interval_messages=0)
     with pytest.raises(ConfigError, match=r"config log.roll.ms must be an integer"):
         LogConfig.from_properties({"log.roll.ms": "soon"})
+    assert config.message_timestamp_type is rb.TimestampType.CREATE_TIME
+    assert LogConfig.from_properties({"log.message.timestamp.type": "LogAppendTime"}).message_timestamp_type \
+        is rb.TimestampType.LOG_APPEND_TIME
+    assert LogConfig.from_properties({"message.timestamp.type": "CreateTime"}).message_timestamp_type \
+        is rb.TimestampType.CREATE_TIME
+    with pytest.raises(ConfigError, match=r"message\.timestamp\.type must be one of CreateTime, LogAppendTime"):
+        LogConfig.from_properties({"message.timestamp.type": "logappendtime"})
 
 
 def test_read_rejects_negative_max_bytes(tmp_path: pathlib.Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kraftlog.errors import CorruptRecordError, KraftlogError
+from kraftlog.errors import CorruptRecordError, KraftlogError, UnsupportedCompressionTypeError
 from kraftlog.storage import compression, varint
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.record_batch import CompressionType, Header, RecordInput, TimestampType
@@ -385,14 +385,18 @@ def test_bad_magic_is_reported_everywhere() -> None:
     assert scan.error is not None and "magic" in scan.error
 
 
-def test_unknown_codec_with_a_valid_crc_is_corrupt() -> None:
+def test_unknown_codec_with_a_valid_crc_is_an_unsupported_compression_type() -> None:
     buf = bytearray(batch_of(1))
     struct.pack_into(">h", buf, rb.ATTRIBUTES_OFFSET, 6)
     recompute_crc(buf)
-    with pytest.raises(CorruptRecordError, match="unknown compression codec id 6"):
+    with pytest.raises(UnsupportedCompressionTypeError, match="unknown compression codec id 6"):
         rb.BatchHeader(buf).validate()
-    with pytest.raises(CorruptRecordError, match="unknown compression codec id 6"):
+    with pytest.raises(UnsupportedCompressionTypeError, match="unknown compression codec id 6"):
         rb.decode_batches(buf)
+    with pytest.raises(UnsupportedCompressionTypeError, match="at byte 0 has unknown compression codec id 6"):
+        rb.stamp_batches(buf, first_offset=0, leader_epoch=0)
+    # Still a CorruptRecordError for the recovery scan and older callers.
+    assert issubclass(UnsupportedCompressionTypeError, CorruptRecordError)
 
 
 def test_record_count_mismatch_is_corrupt() -> None:
@@ -630,8 +634,9 @@ def test_stamp_batches_without_timestamps_reports_minus_one() -> None:
         (lambda b: b.__delitem__(slice(-1, None)), "partial batch at byte"),
         (lambda b: b.__setitem__(-1, b[-1] ^ 1), "fails its CRC"),
         (lambda b: b.__setitem__(rb.MAGIC_OFFSET, 0), "unsupported magic 0"),
+        (lambda b: b.extend(batch_of(1)[:30]), "partial batch at byte"),
     ],
-    ids=["empty", "short-tail", "zero-tail", "cut", "bad-crc", "bad-magic"],
+    ids=["empty", "short-tail", "zero-tail", "cut", "bad-crc", "bad-magic", "partial-header"],
 )
 def test_stamp_batches_rejects_bad_input_and_changes_nothing(mutate, message) -> None:  # type: ignore[no-untyped-def]
     buf = bytearray(batch_of(2) + batch_of(3))
@@ -639,6 +644,49 @@ def test_stamp_batches_rejects_bad_input_and_changes_nothing(mutate, message) ->
     before = bytes(buf)
     with pytest.raises(CorruptRecordError, match=message):
         rb.stamp_batches(buf, first_offset=100, leader_epoch=1)
+    assert bytes(buf) == before
+
+
+def test_stamp_range_stops_at_the_first_batch_boundary_past_stop_and_continues_from_there() -> None:
+    batches = [batch_of(2), batch_of(1), batch_of(3), batch_of(1)]
+    buf = bytearray(b"".join(batches))
+    sizes = [len(b) for b in batches]
+    head = rb.stamp_range(buf, 0, sizes[0] + 1, next_offset=10, leader_epoch=2)
+    assert (head.end, head.first_offset, head.next_offset, head.batch_count) == (sizes[0] + sizes[1], 10, 13, 2)
+    tail = rb.stamp_range(buf, head.end, len(buf), next_offset=head.next_offset, leader_epoch=2)
+    assert (tail.end, tail.next_offset, tail.record_count) == (len(buf), 17, 4)
+    assert [(h.base_offset, h.partition_leader_epoch) for h in rb.iter_batches(buf)] == [
+        (10, 2), (12, 2), (13, 2), (16, 2)]
+    rb.unstamp(buf, tail)
+    rb.unstamp(buf, head)
+    assert bytes(buf) == b"".join(batches)
+
+
+def test_stamp_range_plans_kafka_index_entries_from_the_cursor() -> None:
+    batches = [batch_of(2, ts=100), batch_of(1, ts=50), batch_of(3, ts=300), batch_of(1, ts=200)]
+    buf = bytearray(b"".join(batches))
+    sizes = [len(b) for b in batches]
+    cursor = rb.IndexCursor(base_offset=5, position=1000, interval_bytes=sizes[0], bytes_since_entry=sizes[0] + 1,
+                            max_timestamp=60, offset_of_max_timestamp=7, last_indexed_timestamp=60)
+    stamped = rb.stamp_range(buf, 0, len(buf), next_offset=20, leader_epoch=0, cursor=cursor)
+    # Batch 0 (offsets 20-21) is indexed at once: more than interval bytes since the last entry.
+    # Then each batch once more than interval bytes (batch 0's size) were appended since the
+    # last entry: not batch 1 (exactly interval bytes since), batch 2 (23-25), batch 3 (26).
+    assert stamped.index_offsets == [21 - 5, 25 - 5, 26 - 5]
+    assert stamped.index_positions == [1000, 1000 + sizes[0] + sizes[1], 1000 + sizes[0] + sizes[1] + sizes[2]]
+    # The time index gets (max timestamp so far, its offset) when it grew past the last entry.
+    assert (stamped.time_index_timestamps, stamped.time_index_offsets) == ([101, 302], [21, 25])
+    assert (stamped.max_timestamp, stamped.offset_of_max_timestamp) == (302, 25)
+    assert stamped.cursor == cursor._replace(bytes_since_entry=sizes[3], max_timestamp=302,
+                                             offset_of_max_timestamp=25, last_indexed_timestamp=302)
+    assert stamped.start_cursor == cursor
+
+
+def test_stamp_batches_past_int64_offsets_is_refused_and_changes_nothing() -> None:
+    buf = bytearray(batch_of(2) + batch_of(3))
+    before = bytes(buf)
+    with pytest.raises(ValueError, match="leaves no room"):
+        rb.stamp_batches(buf, first_offset=varint.INT64_MAX - 3, leader_epoch=0)
     assert bytes(buf) == before
 
 
@@ -688,7 +736,7 @@ def test_snappy_batches_from_elsewhere_are_reported_not_decoded() -> None:
     struct.pack_into(">h", buf, rb.ATTRIBUTES_OFFSET, int(CompressionType.SNAPPY))
     recompute_crc(buf)
     rb.BatchHeader(buf).validate()  # a broker may still store and serve it
-    with pytest.raises(CorruptRecordError, match="snappy compression is not supported"):
+    with pytest.raises(UnsupportedCompressionTypeError, match="SNAPPY-compressed, which kraftlog cannot"):
         rb.decode_batches(buf)
 
 

@@ -18,6 +18,8 @@ the records and on standbys as they commit. Modules:
 - ``configuration_control`` / ``config_defs``: topic and broker configs
 - ``feature_control``, ``producer_id_control``
 
-Pure: no asyncio, grpc, protobuf, clock or threads (tests/test_layering.py).
-The event queue, raft append, commit wait and gRPC server live elsewhere.
+These are pure: no asyncio, grpc, protobuf, clock or threads
+(tests/test_layering.py). The edge modules around them — ``driver`` (the
+QuorumController: event queue, raft append, commit wait, revert), ``server``,
+``convert`` and ``process`` — own all I/O.
 """

@@ -6,7 +6,8 @@ Owns the active/standby life of a controller (Kafka's ``QuorumController``, KIP-
   drained by one task; nothing else touches the :class:`ControllerStateLike`.
 * A write: ``generate(state, next_offset, now_ms)`` reads state only and returns
   records + a response (:class:`~.result.ControllerResult`); the records are
-  proposed to raft (one propose call, so one batch: atomic), replayed into the
+  proposed to raft (one ``propose_nowait`` call, so one batch: atomic; no await, so
+  writes stream at CPU speed and raft batches them per linger/fsync), replayed into the
   timeline state at once (pipelined: the next write already sees them), a timeline
   snapshot is taken at the write's last offset, and the caller is answered only
   when raft commits that offset. A write with no records is answered once
@@ -63,7 +64,9 @@ class ControllerStateLike(Protocol):
 class RaftLike(Protocol):
     """The part of ``raft.driver.RaftDriver`` the controller uses."""
 
-    async def propose(self, records: Sequence[bytes]) -> int: ...
+    def propose_nowait(self, records: Sequence[bytes]) -> int:
+        """Append to the leader's accumulator now; the last record's offset."""
+        ...
 
     async def call(self, fn: Callable[[consensus.RaftClient, int], T]) -> T: ...
 
@@ -196,6 +199,7 @@ class QuorumController:
         decode: Decode,
         endpoint_of: Callable[[int], str] = lambda _node: "",
         on_status: Callable[[ControllerStatus], None] | None = None,
+        on_activate: Callable[[Any, int], ControllerResult[Any] | None] | None = None,
     ) -> None:
         self.node_id = node_id
         self._state_factory = state_factory
@@ -205,6 +209,9 @@ class QuorumController:
         self._decode = decode
         self._endpoint_of = endpoint_of
         self._on_status = on_status
+        # Called with (state, now_ms) on becoming active; records it returns are written
+        # first (the bootstrap metadata of a new cluster).
+        self._on_activate = on_activate
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.active = False
@@ -340,29 +347,39 @@ class QuorumController:
         except errors.KraftlogError as exc:  # a manager's refusal that is not an error code
             event.future.set_exception(exc)
             return
+        await self._append(event.name, result, event.future)
+
+    async def _append(
+        self, name: str, result: ControllerResult[Any], future: asyncio.Future[Any] | None
+    ) -> None:
+        """Propose, replay and snapshot ``result``'s records; answer ``future`` at commit."""
         records = result.records
         if not records:
-            self._complete_at(self.last_written_offset, event.future, result.response)
+            if future is not None:
+                self._complete_at(self.last_written_offset, future, result.response)
             return
         if len(records) > MAX_RECORDS_PER_OPERATION:
-            event.future.set_exception(
-                errors.KraftlogError(
-                    f"{event.name} would append {len(records)} records; at most "
-                    f"{MAX_RECORDS_PER_OPERATION} per operation"
+            if future is not None:
+                future.set_exception(
+                    errors.KraftlogError(
+                        f"{name} would append {len(records)} records; at most "
+                        f"{MAX_RECORDS_PER_OPERATION} per operation"
+                    )
                 )
-            )
             return
+        next_offset = self.last_written_offset + 1
         values = [self._encode(r) for r in records]
         try:
-            last_offset = await self._raft.propose(values)
+            last_offset = self._raft.propose_nowait(values)
         except errors.NotLeaderError:
             # Raft lost leadership before our leader-change event arrived: renounce now.
             self._renounce("raft refused the append")
-            event.future.set_exception(self.not_controller())
+            if future is not None:
+                future.set_exception(self.not_controller())
             return
         if last_offset != next_offset + len(values) - 1:
             raise errors.InvariantViolation(
-                f"controller {self.node_id} epoch {self.epoch}: {event.name} expected offsets "
+                f"controller {self.node_id} epoch {self.epoch}: {name} expected offsets "
                 f"{next_offset}..{next_offset + len(values) - 1}, raft assigned up to "
                 f"{last_offset}"
             )
@@ -370,7 +387,8 @@ class QuorumController:
             self.state.replay(record, next_offset + i)
         self.last_written_offset = last_offset
         self.state.registry.get_or_create_snapshot(last_offset)
-        self._complete_at(last_offset, event.future, result.response)
+        if future is not None:
+            self._complete_at(last_offset, future, result.response)
 
     def _complete_at(self, offset: int, future: asyncio.Future[Any], response: Any) -> None:
         if offset <= self.committed_offset:
@@ -453,6 +471,10 @@ class QuorumController:
                 epoch,
                 self.committed_offset,
             )
+            if self._on_activate is not None:
+                activation = self._on_activate(self.state, time.time_ns() // 1_000_000)
+                if activation is not None:
+                    await self._append("Activate", activation, None)
         elif leader_id != self.node_id and self.active:
             self._renounce(f"node {leader_id} leads epoch {epoch}")
         self._publish_status()

@@ -15,9 +15,16 @@ SERVING while the node knows a leader (itself included), NOT_SERVING otherwise.
 Each role change is one log line from the driver
 (``node=<id> epoch=<e> from=<role> to=<role> leader=<id> reason=...``).
 
+Observability (:mod:`kraftlog.telemetry`): OpenTelemetry traces of every election when
+the ``OTEL_*`` variables configure an exporter (off otherwise), a Prometheus endpoint
+on ``--metrics-port`` / ``kraftlog.metrics.port`` (0 = none), and logs at
+``--log-level`` / ``kraftlog.log.level`` as text or JSON lines
+(``--log-format`` / ``kraftlog.log.format``).
+
 Every refusal is a :class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.cli`
-prints as one line on stderr with exit code 1. Until the controller room plugs
-its state machine in, committed records are only counted (and logged at debug).
+prints as one line on stderr with exit code 1. The replicated state machine is the
+QuorumController (:mod:`kraftlog.controller.process`), which also serves
+ControllerService on the same listener.
 Edge module: owns process I/O (signals, sockets, logging setup).
 """
 
@@ -31,7 +38,6 @@ import pathlib
 import signal
 import sys
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from grpc_health.v1 import health as grpc_health
@@ -39,19 +45,23 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.raft import consensus, driver, transport
+from kraftlog.controller import process as controller_process
+from kraftlog.raft import driver, transport
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import RaftConfig, parse_voters
-from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.raft.storage_log import StorageRaftLog
 from kraftlog.storage import meta_properties
+from kraftlog.telemetry import grpc_tracing, metrics, raft_tracing, tracing
+from kraftlog.telemetry import logging as log_setup
 
 logger = logging.getLogger(__name__)
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 RAFT_SERVICE_NAME = "kraftlog.v1.RaftService"
+LIVENESS_SERVICE_NAME = "liveness"
 SHUTDOWN_GRACE_S = 1.0
+METRICS_SAMPLE_INTERVAL_S = 1.0
 
 _I = kconfig.ConfigType.INT
 _S = kconfig.ConfigType.STRING
@@ -99,7 +109,23 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
                       default=_DEFAULTS.fetch_max_wait_ms, validator=kconfig.at_least(0),
                       doc="ms the leader parks a Fetch with nothing new (kraftlog extension; "
                           "keep below the request timeout)"),
+    kconfig.ConfigKey(name="kraftlog.metrics.port", type=_I, default=0,
+                      validator=kconfig.at_least(0),
+                      doc="port of the Prometheus /metrics endpoint; 0 = no endpoint"),
+    kconfig.ConfigKey(name="kraftlog.metrics.host", type=_S, default="0.0.0.0",
+                      doc="address the metrics endpoint binds"),
+    kconfig.ConfigKey(name="kraftlog.log.level", type=_S, default="INFO",
+                      validator=kconfig.one_of(*log_setup.LEVELS),
+                      doc="log level (--log-level wins)"),
+    kconfig.ConfigKey(name="kraftlog.log.format", type=_S, default="text",
+                      validator=kconfig.one_of(*log_setup.FORMATS),
+                      doc="log format: text, or json (one object per line; --log-format wins)"),
 ])
+
+
+# The QuorumController's own keys (Kafka's names) live in the same properties file.
+for _key in controller_process.CONFIG_KEYS:
+    CONTROLLER_CONFIG.define(_key)
 
 
 # -- configuration ----------------------------------------------------------------------------------
@@ -159,28 +185,6 @@ def check_storage(directory: pathlib.Path, node_id: int) -> str:
     return props.cluster_id
 
 
-# -- the state machine stand-in ---------------------------------------------------------------------
-
-class CountingListener:
-    """Counts committed records until the controller's state machine replaces it."""
-
-    def __init__(self, node_id: int) -> None:
-        self.node_id = node_id
-        self.committed_records = 0
-
-    def handle_commit(self, batches: Sequence[consensus.CommittedBatch]) -> None:
-        for batch in batches:
-            self.committed_records += len(batch.records)
-            logger.debug("node=%s event=commit base_offset=%s last_offset=%s records=%s",
-                         self.node_id, batch.base_offset, batch.last_offset, len(batch.records))
-
-    def handle_load_snapshot(self, reader: SnapshotReader) -> None:
-        logger.info("node=%s event=snapshot_loaded", self.node_id)
-
-    def handle_leader_change(self, leader_id: int, epoch: int) -> None:
-        pass
-
-
 # -- the process ------------------------------------------------------------------------------------
 
 async def serve(cfg: kconfig.Config) -> int:
@@ -210,30 +214,69 @@ async def serve(cfg: kconfig.Config) -> int:
                 f"{log.end_offset}: the election state (this node's vote) is lost, and "
                 "starting fresh could vote twice in one epoch; restore the file or re-create "
                 "this replica from an empty directory")
-        return await _run(node_id, voters, cluster_id, settings, listen, log, store)
+        tracer = tracing.setup_tracing(role="controller", node_id=node_id)
+        registry = metrics.MetricsRegistry()
+        try:
+            host = controller_process.ControllerHost(cfg, node_id=node_id,
+                                                     cluster_id=cluster_id, voters=voters)
+            return await _run(node_id, voters, cluster_id, settings, listen, log, store,
+                              host=host, tracer=tracer, registry=registry,
+                              metrics_port=cfg.get_int("kraftlog.metrics.port"),
+                              metrics_host=cfg.get_str("kraftlog.metrics.host"))
+        finally:
+            registry.close()
+            tracer.shutdown()  # flushes the spans still buffered
     finally:
         log.close()
 
 
 async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: RaftConfig,
-               listen: str, log: StorageRaftLog, store: qss.FileQuorumStateStore) -> int:
+               listen: str, log: StorageRaftLog, store: qss.FileQuorumStateStore, *,
+               host: controller_process.ControllerHost,
+               tracer: tracing.Tracing, registry: metrics.MetricsRegistry, metrics_port: int,
+               metrics_host: str) -> int:
     health = grpc_health.aio.HealthServicer()
     servicer = transport.RaftServicer()
-    server: Any = transport.create_server(servicer)
+    server: Any = transport.create_server(servicer, interceptors=(
+        grpc_tracing.server_interceptors(tracer.tracer) if tracer.enabled else ()))
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     try:
         server.add_insecure_port(listen)
     except RuntimeError as exc:
         raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
+    raft_metrics = metrics.RaftMetrics(registry.registry, node_id=node_id, cluster_id=cluster_id)
+    if metrics_port:
+        try:
+            registry.serve(metrics_port, metrics_host)
+        except OSError as exc:
+            raise errors.ConfigError(f"cannot serve metrics on {metrics_host}:{metrics_port}: "
+                                     f"{exc}") from None
+    # The tracer also runs with tracing off (a no-op tracer): it times elections for the
+    # election-latency metric, and costs nothing on the Fetch path.
+    raft_tracer = raft_tracing.RaftTracer(tracer.tracer, node_id=node_id,
+                                          on_election_done=raft_metrics.observe_election)
+    clock = driver.SystemClock()
     status_q: asyncio.Queue[driver.Status] = asyncio.Queue()
+    listener = metrics.MeteredListener(host.listener(), raft_metrics,
+                                       now_ms=clock.monotonic_ms,
+                                       is_leader=lambda: raft.status.role is Role.LEADER)
     raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
-                             config=settings, log=log, store=store,
-                             listener=CountingListener(node_id), on_status=status_q.put_nowait)
+                             config=settings, log=log, store=store, clock=clock,
+                             listener=listener, on_status=status_q.put_nowait,
+                             observer=raft_tracer, channel_interceptors=(
+                                 grpc_tracing.client_interceptors(tracer.tracer)
+                                 if tracer.enabled else ()))
+    raft_metrics.set_status(role=raft.status.role.value, epoch=raft.status.epoch,
+                            leader_id=raft.status.leader_id)
+    host.bind(raft, server)
     servicer.handler = raft
     await server.start()
     for service in ("", RAFT_SERVICE_NAME):
         await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+    # "liveness": the process serves gRPC (the chart's liveness probe); readiness is "".
+    await health.set(LIVENESS_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     raft.start()
+    host.start()
     logger.info("node=%s epoch=%s event=started listener=%s cluster_id=%s voters=%s pid=%s",
                 node_id, raft.status.epoch, listen, cluster_id,
                 ",".join(f"{v}@{e}" for v, e in sorted(voters.items())), os.getpid())
@@ -247,6 +290,8 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
         serving: bool | None = None
         while True:
             status = await status_q.get()
+            raft_metrics.set_status(role=status.role.value, epoch=status.epoch,
+                                    leader_id=status.leader_id)
             now_serving = status.leader_id >= 0 and status.role is not Role.RESIGNED
             if now_serving != serving:
                 serving = now_serving
@@ -257,36 +302,55 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
                 logger.info("node=%s epoch=%s event=health serving=%s role=%s leader=%s",
                             node_id, status.epoch, serving, status.role.value, status.leader_id)
 
+    async def sample_log_metrics() -> None:
+        while True:
+            # Reading the log from here is safe: one thread, and the driver task is parked.
+            raft_metrics.set_log(high_watermark=log.high_watermark,
+                                 log_end_offset=log.end_offset,
+                                 log_end_epoch=log.last_fetched_epoch())
+            await asyncio.sleep(METRICS_SAMPLE_INTERVAL_S)
+
     health_task = loop.create_task(publish_health(), name="raft-health")
+    metrics_task = loop.create_task(sample_log_metrics(), name="raft-metrics")
     stop_task = loop.create_task(stop.wait(), name="raft-stop-signal")
     driver_task = loop.create_task(raft.wait(), name="raft-driver-wait")
+    controller_task = loop.create_task(host.wait(), name="controller-wait")
     exit_code = 0
     try:
-        done, _ = await asyncio.wait({stop_task, driver_task},
+        done, _ = await asyncio.wait({stop_task, driver_task, controller_task},
                                      return_when=asyncio.FIRST_COMPLETED)
-        if driver_task in done and driver_task.exception() is not None:
+        failed = [t for t in (driver_task, controller_task)
+                  if t in done and not t.cancelled() and t.exception() is not None]
+        if failed:
             exit_code = 1
-            print(f"kraftlog: error: raft driver failed: {driver_task.exception()}",
+            which = "raft driver" if failed[0] is driver_task else "controller"
+            print(f"kraftlog: error: {which} failed: {failed[0].exception()}",
                   file=sys.stderr)
         else:
             logger.info("node=%s epoch=%s event=shutdown role=%s", node_id, raft.status.epoch,
                         raft.status.role.value)
     finally:
         await health.enter_graceful_shutdown()
+        await host.stop()
         await raft.stop(graceful=exit_code == 0)
-        for task in (health_task, stop_task, driver_task):
+        raft_tracer.close(clock.monotonic_ms())
+        for task in (health_task, stop_task, driver_task, metrics_task, controller_task):
             task.cancel()
-        await asyncio.gather(health_task, stop_task, driver_task, return_exceptions=True)
+        await asyncio.gather(health_task, stop_task, driver_task, metrics_task, controller_task,
+                             return_exceptions=True)
         await server.stop(SHUTDOWN_GRACE_S)
     return exit_code
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=getattr(logging, args.log_level), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    overrides = list(args.override or ())
+    if args.metrics_port is not None:
+        overrides.append(f"kraftlog.metrics.port={args.metrics_port}")
+    cfg = kconfig.load(CONTROLLER_CONFIG, args.config, overrides)
+    log_setup.configure(level=args.log_level or cfg.get_str("kraftlog.log.level"),
+                        log_format=args.log_format or cfg.get_str("kraftlog.log.format"))
     # The driver logs one line per role change; the core's own line would repeat it.
     logging.getLogger("kraftlog.raft.consensus").setLevel(logging.WARNING)
-    cfg = kconfig.load(CONTROLLER_CONFIG, args.config, args.override or ())
     for key in cfg.unused():
         logger.warning("event=unused_config key=%s", key)
     return asyncio.run(serve(cfg))
@@ -302,6 +366,12 @@ def register(subparsers: Any) -> None:
                      help="a Kafka server.properties file")
     ctl.add_argument("--override", action="append", metavar="KEY=VALUE",
                      help="set a property, overriding the file; repeatable")
-    ctl.add_argument("--log-level", default="INFO",
-                     choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="stderr log level")
+    ctl.add_argument("--log-level", default=None, choices=log_setup.LEVELS,
+                     help="stderr log level (default: kraftlog.log.level, INFO)")
+    ctl.add_argument("--log-format", default=None, choices=log_setup.FORMATS,
+                     help="text, or json: one object per line with the structured fields "
+                          "(default: kraftlog.log.format, text)")
+    ctl.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                     help="serve Prometheus metrics on this port (default: "
+                          "kraftlog.metrics.port; 0 = off)")
     ctl.set_defaults(func=run_controller)

@@ -64,6 +64,9 @@ _NEVER = 1 << 62
 
 
 class RaftEventKind(enum.Enum):
+    """What happened. Every entry into Prospective is a ROLE_CHANGE followed by a
+    PRE_VOTE_STARTED whose detail is the reason (so observers see one ordering)."""
+
     ROLE_CHANGE = "role_change"
     PRE_VOTE_STARTED = "pre_vote_started"
     ELECTION_STARTED = "election_started"
@@ -76,6 +79,9 @@ class RaftEventKind(enum.Enum):
     SNAPSHOT_LOADED = "snapshot_loaded"
 
 
+_ELECTION_KINDS = frozenset({RaftEventKind.PRE_VOTE_STARTED, RaftEventKind.ELECTION_STARTED,
+                             RaftEventKind.ELECTION_LOST, RaftEventKind.ELECTION_BACKOFF})
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RaftEvent:
     """An observability event; tracing spans hang off these (DESIGN.md §3)."""
@@ -86,6 +92,13 @@ class RaftEvent:
     leader_id: int
     now_ms: int
     detail: str = ""
+    voters: tuple[int, ...] = ()
+    """Election events emitted while Prospective or Candidate (PRE_VOTE_STARTED,
+    ELECTION_STARTED/LOST/BACKOFF; not ELECTION_WON): the voter set of the election..."""
+    granted: tuple[int, ...] = ()
+    """...the voters that granted so far (the candidate itself included)..."""
+    rejected: tuple[int, ...] = ()
+    """...and those that rejected. Empty for other kinds."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,8 +196,16 @@ class RaftClient:
 
     def _emit(self, kind: RaftEventKind, now_ms: int, detail: str = "") -> None:
         if self.on_event is not None:
+            state = self.quorum.state
+            tally: dict[str, tuple[int, ...]] = {}
+            if kind in _ELECTION_KINDS \
+                    and isinstance(state, es.ProspectiveState | es.CandidateState):
+                tally = {"voters": tuple(sorted(state.election.voters)),
+                         "granted": tuple(sorted(state.election.granted)),
+                         "rejected": tuple(sorted(state.election.rejected))}
             self.on_event(RaftEvent(kind=kind, node_id=self.node_id, epoch=self.epoch,
-                                    leader_id=self.leader_hint(), now_ms=now_ms, detail=detail))
+                                    leader_id=self.leader_hint(), now_ms=now_ms, detail=detail,
+                                    **tally))
 
     def _log_state_change(self, why: str, now_ms: int) -> None:
         logger.info("[node=%s epoch=%s] state=%s reason=%s now_ms=%s", self.node_id, self.epoch,
@@ -280,6 +301,7 @@ class RaftClient:
             if now_ms >= state.backoff_deadline_ms:
                 self.quorum.become_prospective(now_ms)
                 self._after_transition("election backoff over", now_ms)
+                self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "election backoff over")
                 return now_ms
             return state.backoff_deadline_ms
         if state.election.is_rejected():
@@ -289,6 +311,7 @@ class RaftClient:
             self._emit(RaftEventKind.ELECTION_LOST, now_ms, "election timed out")
             self.quorum.become_prospective(now_ms)
             self._after_transition("election timeout", now_ms)
+            self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "election timed out")
             return now_ms
         self._send_vote_requests(state.election, state.epoch, pre_vote=False, now_ms=now_ms)
         return state.election_deadline_ms
@@ -316,8 +339,9 @@ class RaftClient:
                 self.quorum.become_follower(state.epoch, state.leader_id_hint, now_ms)
             else:
                 self.quorum.become_prospective(now_ms)
-                self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "retry")
             self._after_transition(lost, now_ms)
+            if self.role is Role.PROSPECTIVE:
+                self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, lost)
             return now_ms
         self._send_vote_requests(state.election, state.epoch + 1, pre_vote=True, now_ms=now_ms)
         return state.election_deadline_ms
@@ -343,11 +367,14 @@ class RaftClient:
         if now_ms >= state.fetch_deadline_ms:
             if self.quorum.is_voter:
                 self.quorum.become_prospective(now_ms)
-                self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms, "fetch timeout")
             else:
                 self.quorum.become_observer_unattached(now_ms)
             self._after_transition(f"no answer from leader {state.leader_id_} within "
                                    f"{self.config.fetch_timeout_ms} ms", now_ms)
+            if self.role is Role.PROSPECTIVE:
+                # The leader resigned (EndQuorumEpoch shortened our deadline) or went silent.
+                self._emit(RaftEventKind.PRE_VOTE_STARTED, now_ms,
+                           "EndQuorumEpoch" if state.leader_resigned else "fetch timeout")
             return now_ms
         request: m.RaftRequest
         if state.snapshot_id is not None:

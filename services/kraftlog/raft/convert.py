@@ -76,7 +76,7 @@ def _error(code: ErrorCode, message: str = "") -> common_pb2.Error:
 
 
 def _error_code(error: common_pb2.Error) -> ErrorCode | Invalid:
-    if error.code not in RAFT_ERROR_CODES:
+    if int(error.code) not in RAFT_ERROR_CODES:
         return _invalid(f"error code {error.code} is not one the raft core knows")
     return ErrorCode(error.code)
 

@@ -21,12 +21,19 @@ quorum-state store belong to the caller, who closes them after ``stop``. An
 exception from the core (an invariant violation, a disk error) is fatal: the
 task ends with it and :meth:`RaftDriver.wait` re-raises it.
 
+Observability: every core event is logged (one line per role change) and, with an
+injected :class:`RaftObserver` (tracing), also handed to it with each send, send
+outcome and inbound request, so spans can follow a request across processes. Without
+one the driver does no tracing work at all.
+
 Edge module: asyncio and the clock live here; no raft rule does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import logging
 import random
@@ -80,6 +87,33 @@ class Status:
     leader_id: int
 
 
+class RaftObserver(Protocol):
+    """Tracing around the core (``kraftlog.telemetry.raft_tracing`` implements it).
+
+    Called on the event loop only; must not block, raise or call back into the driver.
+    """
+
+    def on_event(self, event: consensus.RaftEvent) -> None:
+        """Every core event, in order (from the owner task)."""
+        ...
+
+    def send_context(self, destination: int,
+                     request: m.RaftRequest) -> contextvars.Context | None:
+        """The context the send task runs in: its current span goes out with the call."""
+        ...
+
+    def on_send_result(self, destination: int, request: m.RaftRequest,
+                       response: m.RaftResponse | None) -> None:
+        """How a send ended: the answer, or ``None`` for a failure."""
+        ...
+
+    def inbound(self, source: int, request: m.RaftRequest
+                ) -> contextlib.AbstractContextManager[Callable[[m.RaftResponse], None]]:
+        """Entered in the serving task (the caller's propagated span is current) around the
+        wait for the answer; the yielded callable receives the answer."""
+        ...
+
+
 # -- inbox items ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,7 +142,14 @@ class _Call:
     future: asyncio.Future[Any]
 
 
-_Item = _InboundRequest | _Response | _SendFailure | _Call
+@dataclass(frozen=True, slots=True)
+class _Wakeup:
+    """Poll now: something changed the core from outside the task (``propose_nowait``)."""
+
+
+_WAKEUP = _Wakeup()
+
+_Item = _InboundRequest | _Response | _SendFailure | _Call | _Wakeup
 
 
 class _CoreSink:
@@ -137,14 +178,18 @@ class RaftDriver:
                  listener: consensus.RaftListener, clock: Clock | None = None,
                  rng: random.Random | None = None,
                  on_status: Callable[[Status], None] | None = None,
-                 resign_wait_ms: int = DEFAULT_RESIGN_WAIT_MS) -> None:
+                 resign_wait_ms: int = DEFAULT_RESIGN_WAIT_MS,
+                 observer: RaftObserver | None = None,
+                 channel_interceptors: Sequence[Any] = ()) -> None:
         self.node_id = node_id
+        self._observer = observer
         self.clock: Clock = clock or SystemClock()
         self.config = config
         self._on_status = on_status
         self._resign_wait_ms = resign_wait_ms
         self._sink = _CoreSink()
         self._inbox: asyncio.Queue[_Item] = asyncio.Queue()
+        self._wakeup_queued = False
         self._next_request_id = 0
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -159,7 +204,7 @@ class RaftDriver:
         self.peers = transport.RaftPeers(
             {v: e for v, e in voters.items() if v != node_id}, self,
             request_timeout_ms=config.request_timeout_ms,
-            retry_backoff_ms=config.retry_backoff_ms)
+            retry_backoff_ms=config.retry_backoff_ms, interceptors=channel_interceptors)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -209,16 +254,27 @@ class RaftDriver:
             raise transport.DriverStoppedError(f"node {self.node_id} is not running")
         future: asyncio.Future[m.RaftResponse] = asyncio.get_running_loop().create_future()
         self._inbox.put_nowait(_InboundRequest(source=source, request=request, future=future))
-        return await future
+        if self._observer is None:
+            return await future
+        # Entered before the owner task can run, so the observer learns the caller's trace
+        # context before the core's events about this request.
+        with self._observer.inbound(source, request) as answered:
+            response = await future
+            answered(response)
+        return response
 
     def leader_and_epoch(self) -> tuple[int, int]:
         return self.status.leader_id, self.status.epoch
 
     def deliver_response(self, destination: int, request: m.RaftRequest,
                          response: m.RaftResponse) -> None:
+        if self._observer is not None:
+            self._observer.on_send_result(destination, request, response)
         self._inbox.put_nowait(_Response(source=destination, request=request, response=response))
 
     def deliver_send_failure(self, destination: int, request: m.RaftRequest) -> None:
+        if self._observer is not None:
+            self._observer.on_send_result(destination, request, None)
         self._inbox.put_nowait(_SendFailure(destination=destination, request=request))
 
     async def call(self, fn: Callable[[consensus.RaftClient, int], T]) -> T:
@@ -229,6 +285,24 @@ class RaftDriver:
         self._inbox.put_nowait(_Call(fn=fn, future=future))
         result: T = await future
         return result
+
+    def propose_nowait(self, records: Sequence[bytes]) -> int:
+        """Queue records on the leader at once and return the last one's offset.
+
+        Kafka's ``prepareAppend``: the state machine's task appends to the core's
+        accumulator directly, without a round trip through the inbox, so a stream of
+        writes costs no task switch each. Safe because the loop is single-threaded and
+        this task never holds the core across an ``await``; a wake-up item makes the
+        driver poll (drain the accumulator at the linger deadline). NotLeaderError if
+        this node does not lead.
+        """
+        if self._stopping or not self.running:
+            raise transport.DriverStoppedError(f"node {self.node_id} is not running")
+        offset = self.client.propose([bytes(r) for r in records], self.clock.monotonic_ms())
+        if not self._wakeup_queued:
+            self._wakeup_queued = True
+            self._inbox.put_nowait(_WAKEUP)
+        return offset
 
     async def propose(self, records: Sequence[bytes]) -> int:
         """Queue records on the leader; returns the last one's offset (NotLeaderError if not)."""
@@ -281,6 +355,8 @@ class RaftDriver:
             client.handle_response(item.source, item.request, item.response, now_ms)
         elif isinstance(item, _SendFailure):
             client.handle_send_failure(item.destination, item.request, now_ms)
+        elif isinstance(item, _Wakeup):
+            self._wakeup_queued = False  # the poll that follows is the point
         else:
             if item.future.done():
                 return
@@ -309,8 +385,10 @@ class RaftDriver:
 
     def _flush(self) -> None:
         outbox, self._sink.outbox = self._sink.outbox, []
+        observer = self._observer
         for destination, request in outbox:
-            self.peers.send(destination, request)
+            self.peers.send(destination, request, context=(
+                observer.send_context(destination, request) if observer is not None else None))
 
     def _fail_pending(self) -> None:
         stopped = transport.DriverStoppedError(f"node {self.node_id} stopped")
@@ -337,6 +415,8 @@ class RaftDriver:
                 self._on_status(status)
 
     def _on_event(self, event: consensus.RaftEvent) -> None:
+        if self._observer is not None:
+            self._observer.on_event(event)
         if event.kind is consensus.RaftEventKind.ROLE_CHANGE:
             role_name, _, reason = event.detail.partition(": ")
             previous = self._last_role.value if self._last_role is not None else "-"

@@ -18,6 +18,11 @@ reconnect with that backoff as their floor and a low ceiling, so a restarted
 peer is reached again within about a second rather than gRPC's default two
 minutes.
 
+Tracing: the server and the channels take grpc.aio interceptors (the driver passes
+:mod:`kraftlog.telemetry.grpc_tracing`'s when tracing is on), and ``send`` runs each call
+in the contextvars context its caller hands over, so the span current there (a vote
+request's) crosses the hop as ``traceparent``.
+
 Message-size limits are raised on both sides (:data:`MAX_MESSAGE_BYTES`) so a
 Fetch or FetchSnapshot answer of ``fetch_max_bytes`` plus one oversized batch
 fits. Loopback or plaintext only: no TLS yet.
@@ -26,8 +31,9 @@ fits. Loopback or plaintext only: no TLS yet.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import grpc
@@ -161,9 +167,12 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
         return raft_pb2.UpdateRaftVoterResponse(error=error, current_leader=hint)
 
 
-def create_server(servicer: RaftServicer) -> Any:
-    """A grpc.aio server with RaftService registered (not yet bound or started)."""
-    server = grpc.aio.server(options=server_options())
+def create_server(servicer: RaftServicer, *, interceptors: Sequence[Any] = ()) -> Any:
+    """A grpc.aio server with RaftService registered (not yet bound or started).
+
+    ``interceptors`` (grpc.aio server interceptors) run for every service added later too,
+    e.g. trace-context extraction from :mod:`kraftlog.telemetry.grpc_tracing`."""
+    server = grpc.aio.server(options=server_options(), interceptors=list(interceptors) or None)
     raft_pb2_grpc.add_RaftServiceServicer_to_server(servicer, server)
     return server
 
@@ -189,8 +198,10 @@ class RaftPeers:
 
     def __init__(self, endpoints: Mapping[int, str], sink: ResponseSink, *,
                  request_timeout_ms: int, retry_backoff_ms: int,
-                 max_reconnect_backoff_ms: int = DEFAULT_MAX_RECONNECT_BACKOFF_MS) -> None:
+                 max_reconnect_backoff_ms: int = DEFAULT_MAX_RECONNECT_BACKOFF_MS,
+                 interceptors: Sequence[Any] = ()) -> None:
         self._endpoints = dict(endpoints)
+        self._interceptors = list(interceptors) or None
         self._sink = sink
         self._timeout_s = request_timeout_ms / 1000
         self._options = channel_options(retry_backoff_ms=retry_backoff_ms,
@@ -206,17 +217,23 @@ class RaftPeers:
             target = self._endpoints.get(destination)
             if target is None:
                 return None
-            channel = grpc.aio.insecure_channel(target, options=self._options)
+            channel = grpc.aio.insecure_channel(target, options=self._options,
+                                                interceptors=self._interceptors)
             self._channels[destination] = channel
             stub = self._stubs[destination] = raft_pb2_grpc.RaftServiceStub(channel)
         return stub
 
-    def send(self, destination: int, request: m.RaftRequest) -> None:
-        """Start the call; never blocks and never calls back synchronously."""
+    def send(self, destination: int, request: m.RaftRequest, *,
+             context: contextvars.Context | None = None) -> None:
+        """Start the call; never blocks and never calls back synchronously.
+
+        ``context`` is the contextvars context the call runs in (default: a copy of the
+        caller's); the tracer passes one whose current span the call propagates."""
         if self._closed:
             return
         task = asyncio.get_running_loop().create_task(self._call(destination, request),
-                                                      name=f"raft-send-{destination}")
+                                                      name=f"raft-send-{destination}",
+                                                      context=context)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

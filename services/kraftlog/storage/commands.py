@@ -9,7 +9,11 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
   ``__cluster_metadata-0/`` in the metadata directory. Idempotent: a directory
   already formatted for the same cluster and node is left untouched. A
   directory formatted for another cluster or node is refused before anything
-  is written anywhere. The bootstrap voter set (KIP-853) is recorded in
+  is written anywhere. ``--ignore-formatted`` (``-g``) is Kafka's flag: every
+  already formatted directory is skipped without that check, as
+  kafka-storage.sh does (which, without the flag, refuses any formatted
+  directory; kraftlog only refuses foreign ones, so that re-running a set-up
+  script is safe). The bootstrap voter set (KIP-853) is recorded in
   ``__cluster_metadata-0/bootstrap-voters.json`` for the raft layer.
 * ``kraftlog storage random-uuid`` prints a new cluster id.
 * ``kraftlog storage info --data-dir DIR ...`` prints each directory's
@@ -245,6 +249,8 @@ def run_format(args: argparse.Namespace) -> int:
         if props is None:
             continue
         existing[directory] = props
+        if args.ignore_formatted:
+            continue
         if props.cluster_id != cluster_id:
             problems.append(f"{directory} is formatted for cluster {props.cluster_id}, not {cluster_id}")
         if props.node_id != node_id:
@@ -265,8 +271,11 @@ def run_format(args: argparse.Namespace) -> int:
     for directory in dirs:
         if directory in existing:
             props = existing[directory]
+            note = "left untouched"
+            if args.ignore_formatted and (props.cluster_id != cluster_id or props.node_id != node_id):
+                note = f"skipped (--ignore-formatted), although it is not cluster {cluster_id} node {node_id}"
             print(f"{directory}: already formatted (cluster.id={props.cluster_id}, "
-                  f"node.id={props.node_id}); left untouched")
+                  f"node.id={props.node_id}); {note}")
             continue
         if directory == metadata_dir and own_voter is not None:
             # KIP-853: the voter's directory id is the metadata log dir's directory.id.
@@ -294,6 +303,8 @@ def run_format(args: argparse.Namespace) -> int:
               f"directory.id={directory_id})")
     if voters and metadata_dir not in existing:
         print("Initial controllers: " + ",".join(str(v) for v in voters))
+    if len(existing) == len(dirs):
+        print("All of the log directories are already formatted.")
     return EXIT_OK
 
 
@@ -500,6 +511,10 @@ def register(subparsers: Any) -> None:
                         help="bootstrap a quorum of this controller alone (KIP-853)")
     fmt.add_argument("--controller-endpoint", metavar="HOST:PORT",
                      help="with --standalone: this controller's advertised address")
+    fmt.add_argument("--ignore-formatted", "-g", action="store_true",
+                     help="skip every already formatted directory without checking its cluster.id and "
+                          "node.id (kafka-storage.sh's flag); without it a directory formatted for this "
+                          "cluster and node is left as it is and one formatted for another is refused")
     fmt.set_defaults(func=run_format)
 
     rnd = storage_sub.add_parser("random-uuid", help="print a new random cluster id")

@@ -31,7 +31,7 @@ import zlib
 import lz4.frame
 import zstandard
 
-from kraftlog.errors import CorruptRecordError, KraftlogError
+from kraftlog.errors import CorruptRecordError, KraftlogError, UnsupportedCompressionTypeError
 
 
 class CompressionType(enum.IntEnum):
@@ -68,7 +68,7 @@ def _codec(codec: int) -> CompressionType:
     try:
         return CompressionType(codec)
     except ValueError:
-        raise CorruptRecordError(f"unknown compression codec id {codec}") from None
+        raise UnsupportedCompressionTypeError(f"unknown compression codec id {codec}") from None
 
 
 def compress(codec: CompressionType, data: bytes, *, level: int | None = None) -> bytes:

@@ -3,8 +3,10 @@
 Owns the text format of the dump (after Kafka's ``DumpLogSegments``): one line
 per record batch, one ``| offset: ...`` line per record with
 ``--deep-iteration`` / ``--print-data-log``, ``offset: N position: P`` for
-``.index``, ``timestamp: T offset: O`` for ``.timeindex``, and the entries of
-checkpoint files, ``leader-epoch-checkpoint`` and ``meta.properties``.
+``.index``, ``timestamp: T offset: O`` for ``.timeindex``, the aborted
+transactions of a ``.txnindex`` copied from Kafka (kraftlog writes none, and
+says so), and the entries of checkpoint files, ``leader-epoch-checkpoint`` and
+``meta.properties``.
 
 Called by :mod:`kraftlog.storage.commands`, which reads the files (honouring
 ``--max-bytes``), picks the payload formatter (protobuf metadata records for
@@ -38,11 +40,15 @@ MAX_BYTES_DEFAULT = 2**31 - 1
 
 NO_SEQUENCE = -1
 _MAX_SEQUENCE = 2**31 - 1
-_SEGMENT_NAME = re.compile(r"([0-9]{20})\.(log|index|timeindex)")
+_SEGMENT_NAME = re.compile(r"([0-9]{20})\.(log|index|timeindex|txnindex)")
 _SNAPSHOT_NAME = re.compile(r"([0-9]{20})-([0-9]{10})\.checkpoint")
 _BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 _OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
+# Kafka's AbortedTxn: version int16, producerId, firstOffset, lastOffset, lastStableOffset int64.
+_TXN_ENTRY = struct.Struct(">hqqqq")
+TXN_INDEX_NOTE = ("kraftlog writes no .txnindex (it has no transactions, so nothing is ever aborted); "
+                  "this file comes from Kafka")
 
 class FileKind(enum.Enum):
     """What a file in a data directory is, decided by its name as kafka-dump-log does."""
@@ -50,6 +56,7 @@ class FileKind(enum.Enum):
     LOG = "log"
     OFFSET_INDEX = "index"
     TIME_INDEX = "timeindex"
+    TXN_INDEX = "txnindex"
     SNAPSHOT = "snapshot"  # a raft snapshot <offset>-<epoch>.checkpoint: record batches
     OFFSET_CHECKPOINT = "offset-checkpoint"
     LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -91,6 +98,8 @@ def file_kind(name: str) -> FileKind:
         return FileKind.OFFSET_INDEX
     if name.endswith(".timeindex"):
         return FileKind.TIME_INDEX
+    if name.endswith(".txnindex"):
+        return FileKind.TXN_INDEX
     if name.endswith(".checkpoint"):
         return FileKind.SNAPSHOT
     return FileKind.UNKNOWN
@@ -366,6 +375,32 @@ def dump_time_index(data: bytes, *, path: str, base_offset: int) -> DumpResult:
     return DumpResult(lines=tuple(lines), error=error)
 
 
+def dump_txn_index(data: bytes, *, path: str) -> DumpResult:
+    """A Kafka ``.txnindex``: one line per aborted transaction (34-byte entries), as kafka-dump-log prints.
+
+    kraftlog never writes one; the first line says so, so that nobody looks
+    for transaction state kraftlog does not keep.
+    """
+    lines = [f"Dumping {path}", f"Note: {TXN_INDEX_NOTE}"]
+    error: str | None = None
+    count = len(data) // _TXN_ENTRY.size
+    for index in range(count):
+        version, producer_id, first, last, last_stable = _TXN_ENTRY.unpack_from(data, index * _TXN_ENTRY.size)
+        if version != 0:
+            error = (f"{path}: entry {index} at byte {index * _TXN_ENTRY.size} has version {version} "
+                     "(Kafka writes version 0)")
+            break
+        lines.append(f"version: {version} producerId: {producer_id} firstOffset: {first} "
+                     f"lastOffset: {last} lastStableOffset: {last_stable}")
+    else:
+        if len(data) % _TXN_ENTRY.size:
+            error = (f"{path}: {len(data) % _TXN_ENTRY.size} trailing bytes after {count} "
+                     f"entries are not a whole {_TXN_ENTRY.size}-byte entry (a torn write?)")
+    if error is not None:
+        lines.append(f"Error: {error}")
+    return DumpResult(lines=tuple(lines), error=error)
+
+
 def dump_offset_checkpoint(data: bytes, *, path: str) -> DumpResult:
     lines = [f"Dumping {path}"]
     try:
@@ -426,12 +461,14 @@ def dump_file(
         if kind == FileKind.OFFSET_INDEX:
             return dump_offset_index(data, path=path, base_offset=base_offset)
         return dump_time_index(data, path=path, base_offset=base_offset)
+    if kind == FileKind.TXN_INDEX:
+        return dump_txn_index(data, path=path)
     if kind == FileKind.OFFSET_CHECKPOINT:
         return dump_offset_checkpoint(data, path=path)
     if kind == FileKind.LEADER_EPOCH_CHECKPOINT:
         return dump_leader_epoch_checkpoint(data, path=path)
     if kind == FileKind.META_PROPERTIES:
         return dump_meta_properties(data, path=path)
-    error = (f"{path}: unknown file type (expected .log, .index, .timeindex, a snapshot "
+    error = (f"{path}: unknown file type (expected .log, .index, .timeindex, .txnindex, a snapshot "
              ".checkpoint, a checkpoint file or meta.properties)")
     return DumpResult(lines=(f"Error: {error}",), error=error)

@@ -80,17 +80,18 @@ class _IndexFile:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         return self._fd
 
-    def stage(self, data: bytes) -> None:
+    def stage(self, data: bytes | array.array[int]) -> None:
         self._pending += data
 
     def write_pending(self) -> None:
         if not self._pending:
             return
         fd = self._open()
-        view = memoryview(bytes(self._pending))
-        self._pending.clear()
-        while view:
-            view = view[os.write(fd, view):]
+        pending = self._pending
+        written = os.write(fd, pending)
+        while written < len(pending):
+            written += os.write(fd, memoryview(pending)[written:])
+        pending.clear()
         self._synced = False
 
     def rewrite(self, data: bytes) -> None:
@@ -221,27 +222,30 @@ class OffsetIndex:
             return self.base_offset, 0
         return self.base_offset + self._offsets[i], self._positions[i]
 
-    def append_all(self, relative_offsets: array.array[int], positions: array.array[int]) -> None:
-        """Stage many entries at once (the append hot path: one conversion, no per-entry calls).
+    def append_all(self, relative_offsets: Sequence[int], positions: Sequence[int]) -> None:
+        """Stage many entries at once (the append hot path: C-level array work, no per-entry Python).
 
-        Both arrays must be strictly increasing and follow the last entry.
+        Both sequences must be strictly increasing and follow the last entry.
         """
-        if not relative_offsets:
+        count = len(relative_offsets)
+        if not count:
             return
-        if len(relative_offsets) != len(positions):
-            raise InvariantViolation(f"{self.path}: {len(relative_offsets)} offsets but {len(positions)} positions")
+        if len(positions) != count:
+            raise InvariantViolation(f"{self.path}: {count} offsets but {len(positions)} positions")
         if self._offsets and (relative_offsets[0] <= self._offsets[-1] or positions[0] <= self._positions[-1]):
             raise InvariantViolation(
                 f"{self.path}: index entry (offset {self.base_offset + relative_offsets[0]}, position "
                 f"{positions[0]}) does not follow {self.last_entry}")
-        if len(self._offsets) + len(relative_offsets) > self.max_entries:
+        if len(self._offsets) + count > self.max_entries:
             raise InvariantViolation(f"{self.path}: index would exceed {self.max_entries} entries")
         self._offsets.extend(relative_offsets)
         self._positions.extend(positions)
-        pairs = array.array("i", bytes(8 * len(relative_offsets)))
-        pairs[0::2] = relative_offsets
-        pairs[1::2] = positions
-        self._file.stage(_to_big_endian(pairs))
+        pairs = array.array("i", bytes(OFFSET_ENTRY_SIZE * count))
+        pairs[0::2] = self._offsets[-count:]
+        pairs[1::2] = self._positions[-count:]
+        if _LITTLE_ENDIAN:
+            pairs.byteswap()
+        self._file.stage(pairs)
 
     def write_pending(self) -> None:
         self._file.write_pending()

@@ -39,8 +39,9 @@ from kraftlog.errors import (
     CorruptRecordError,
     InvariantViolation,
     OffsetOutOfRangeError,
+    UnexpectedAppendOffsetError,
 )
-from kraftlog.storage import atomic_file, record_batch
+from kraftlog.storage import atomic_file, record_batch, varint
 from kraftlog.storage import segment as segment_mod
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.segment import LogSegment
@@ -85,6 +86,9 @@ class AppendInfo:
     """Sum of the batches' recordCount header fields (no record was decoded)."""
     valid_bytes: int
     log_start_offset: int
+    log_append_time_ms: int = NO_TIMESTAMP
+    """The time written into every batch under ``message.timestamp.type=LogAppendTime``, else -1
+    (ProduceResponse's logAppendTimeMs)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,32 +266,88 @@ class Log:
                          now_ms: int) -> AppendInfo:
         """Assign offsets from the log end and stamp ``leader_epoch`` into every batch, then append.
 
-        Only headers are patched (bytes copied once if ``buf`` is read-only).
-        Raises CorruptRecordError for an empty, partial or corrupt buffer.
+        Every batch's size, magic, codec, counts and CRC are checked first
+        (Kafka's LogValidator). A writable ``buf`` has its headers patched in
+        place and is written with one ``pwrite``; a read-only one (``bytes``)
+        is not copied: each batch is written as its stamped 16-byte prefix plus
+        a view of the rest (``pwritev``). With ``message.timestamp.type=LogAppendTime``
+        each batch also gets maxTimestamp = ``now_ms`` and the LogAppendTime
+        attribute bit, and its CRC is recomputed (the one case a broker changes
+        CRC-covered bytes). Raises CorruptRecordError for an empty, partial or
+        corrupt buffer (UnsupportedCompressionTypeError for an unknown codec
+        id); then nothing was written and ``buf`` is unchanged.
         """
         self._check_open()
-        view = _writable_view(buf)
+        log_append_time = self._config.message_timestamp_type is record_batch.TimestampType.LOG_APPEND_TIME
+        view = memoryview(buf).cast("B") if isinstance(buf, memoryview) else memoryview(buf)
+        if log_append_time:
+            if not 0 <= now_ms <= varint.INT64_MAX:
+                raise ValueError(f"now_ms must be a non-negative int64 for LogAppendTime, got {now_ms}")
+            # maxTimestamp and the CRC change: those bytes must be patched.
+            view = _writable_view(view)
+        if len(view) == 0:
+            raise CorruptRecordError("cannot append an empty set of record batches", position=0)
+        # A read-only buffer (the bytes of an RPC) is not copied: its batches
+        # go to the file as pieces, each with its stamped header prefix.
+        in_place = not view.readonly
         first_offset = self.log_end_offset
-        stamp = record_batch.stamp_batches(view, first_offset=first_offset, leader_epoch=leader_epoch)
-        self._append(view, stamp.batches, now_ms=now_ms)
+        active = self._segments[-1]
+        stamp = record_batch.stamp_range(view, 0, len(view), next_offset=first_offset,
+                                         leader_epoch=leader_epoch, cursor=active.index_cursor(),
+                                         in_place=in_place)
+        if log_append_time:
+            stamp = _set_log_append_time(view, stamp, now_ms)
+        try:
+            active = self._segment_for_append(len(view), stamp, now_ms)
+        except CorruptRecordError:
+            record_batch.unstamp(view, stamp)
+            raise
+        try:
+            if in_place:
+                active.write_at(view, active.size)
+            else:
+                active.write_pieces_at(record_batch.stamped_pieces(view, stamp, leader_epoch=leader_epoch),
+                                       active.size)
+        except BaseException:
+            active.discard_uncommitted()
+            raise
+        active.commit_stamped(view, stamp)
         if self._epoch_cache is not None:
             latest = self._epoch_cache.latest_epoch()
             if leader_epoch >= 0 and (latest is None or leader_epoch > latest):
                 self._epoch_cache.assign(leader_epoch, first_offset)
-        info = AppendInfo(first_offset=stamp.first_offset, last_offset=stamp.last_offset,
+        info = AppendInfo(first_offset=first_offset, last_offset=stamp.next_offset - 1,
                           max_timestamp=stamp.max_timestamp, offset_of_max_timestamp=stamp.offset_of_max_timestamp,
                           batch_count=stamp.batch_count, record_count=stamp.record_count,
-                          valid_bytes=len(view), log_start_offset=self._log_start_offset)
+                          valid_bytes=len(view), log_start_offset=self._log_start_offset,
+                          log_append_time_ms=now_ms if log_append_time else NO_TIMESTAMP)
         self._maybe_flush_after_append(now_ms)
         return info
+
+    def _segment_for_append(self, size: int, stamp: record_batch.StampedRange, now_ms: int) -> LogSegment:
+        """The active segment, rolled first if this append must start a new one (Kafka's maybeRoll)."""
+        if self._needs_roll(size, stamp, now_ms):
+            return self._roll(now_ms)
+        return self._segments[-1]
+
+    def _needs_roll(self, size: int, stamp: record_batch.StampedRange, now_ms: int) -> bool:
+        last_offset = stamp.next_offset - 1
+        if last_offset - stamp.first_offset > segment_mod.INT32_MAX:
+            raise CorruptRecordError(
+                f"append spans offsets [{stamp.first_offset}, {last_offset}], more than one segment can index",
+                path=f"append to {self._directory}")
+        return self._segments[-1].should_roll(
+            messages_size=size, max_timestamp_in_messages=stamp.max_timestamp, last_offset=last_offset,
+            segment_bytes=self._config.segment_bytes, segment_ms=self._config.segment_ms, now_ms=now_ms)
 
     def append_as_follower(self, buf: bytes | bytearray | memoryview, *, now_ms: int) -> AppendInfo:
         """Append batches that already carry offsets (replication); they must start at the log end.
 
         Validates sizes, magic and CRC of every batch. Raises
-        OffsetOutOfRangeError when the first batch does not start at the log
-        end offset, CorruptRecordError for an invalid batch or a gap/overlap
-        between batches. An empty buffer appends nothing.
+        UnexpectedAppendOffsetError (an OffsetOutOfRangeError) when the first
+        batch does not start at the log end offset, CorruptRecordError for an
+        invalid batch or a gap/overlap between batches. An empty buffer
+        appends nothing.
         """
         self._check_open()
         view = memoryview(buf).cast("B") if isinstance(buf, memoryview) else memoryview(buf)
@@ -304,9 +364,10 @@ class Log:
         infos = segment_mod.walk_batches(view)
         first_base = infos[0][0]
         if first_base != log_end:
-            raise OffsetOutOfRangeError(
+            raise UnexpectedAppendOffsetError(
                 f"{where}: first batch has offset {first_base} but the log end offset is {log_end} "
-                f"({'gap' if first_base > log_end else 'overlap'})")
+                f"({'gap' if first_base > log_end else 'overlap'})",
+                first_offset=first_base, last_offset=infos[-1][1], log_end_offset=log_end)
         expected = log_end
         max_ts = NO_TIMESTAMP
         offset_of_max = -1
@@ -400,7 +461,7 @@ class Log:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         i = max(0, bisect.bisect_right(self._bases, start_offset) - 1)
         if start_offset < log_end and (max_offset is None or start_offset < max_offset):
-            for seg in self._segments[i:]:
+            for seg in itertools.islice(self._segments, i, None):
                 if max_offset is not None and seg.base_offset >= max_offset:
                     break
                 found = seg.read(start_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message)
@@ -642,6 +703,27 @@ class Log:
         for seg in self._segments:
             seg.close_handles()
         self._closed = True
+
+
+def _set_log_append_time(view: memoryview, stamp: record_batch.StampedRange,
+                         now_ms: int) -> record_batch.StampedRange:
+    """``message.timestamp.type=LogAppendTime``: every validated batch gets maxTimestamp = now_ms.
+
+    Kafka's LogValidator does this for uncompressed and compressed batches
+    alike without touching records: readers take every record's timestamp from
+    maxTimestamp when the attribute bit is set (KIP-32). The CRC covers both
+    fields, so it is recomputed; this is the only case where a broker changes
+    CRC-covered bytes. Kafka's shallow offset of the max timestamp is then the
+    first batch's last offset. The index entries stamp_range planned from the
+    producer's timestamps are dropped (start_cursor=NO_INDEX never matches a
+    segment), so the segment re-walks the patched headers when it commits.
+    """
+    for position, _base, _epoch in stamp.originals:
+        record_batch.BatchHeader(view, position).set_max_timestamp(
+            record_batch.TimestampType.LOG_APPEND_TIME, now_ms)
+    return stamp._replace(max_timestamp=now_ms, first_batch_max_timestamp=now_ms,
+                          offset_of_max_timestamp=record_batch.BatchHeader(view, 0).last_offset,
+                          start_cursor=record_batch.NO_INDEX)
 
 
 # ====================================================================== loading helpers

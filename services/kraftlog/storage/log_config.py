@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kraftlog.errors import ConfigError
+from kraftlog.storage.record_batch import TimestampType
 
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1
@@ -54,6 +55,11 @@ _PROPERTY_FIELDS: dict[str, str] = {
     "flush.messages": "flush_interval_messages",
     "log.flush.interval.ms": "flush_interval_ms",
     "flush.ms": "flush_interval_ms",
+}
+# Kafka's names for message.timestamp.type values.
+_TIMESTAMP_TYPE_NAMES: dict[str, TimestampType] = {
+    "CreateTime": TimestampType.CREATE_TIME,
+    "LogAppendTime": TimestampType.LOG_APPEND_TIME,
 }
 # log.roll.hours / log.retention.{minutes,hours} are Kafka's coarser spellings;
 # the *.ms form wins when both are given (as in KafkaConfig).
@@ -92,6 +98,10 @@ class LogConfig:
     flush_interval_ms: int | None = None
     """``log.flush.interval.ms`` (ms): fsync when the last flush is older than this; None = never by time."""
 
+    message_timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    """``log.message.timestamp.type``: ``CreateTime`` keeps the producer's timestamps;
+    ``LogAppendTime`` makes the leader overwrite each batch's maxTimestamp with its clock."""
+
     def __post_init__(self) -> None:
         if self.segment_bytes < MIN_SEGMENT_BYTES or self.segment_bytes > INT32_MAX:
             raise ConfigError(
@@ -114,6 +124,9 @@ class LogConfig:
             raise ConfigError(f"log.flush.interval.messages must be >= 1, got {self.flush_interval_messages}")
         if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
             raise ConfigError(f"log.flush.interval.ms must be >= 0, got {self.flush_interval_ms}")
+        if not isinstance(self.message_timestamp_type, TimestampType):
+            raise ConfigError(
+                f"log.message.timestamp.type must be a TimestampType, got {self.message_timestamp_type!r}")
 
     @property
     def flush_every_append(self) -> bool:
@@ -138,7 +151,14 @@ class LogConfig:
 
         Raises ConfigError naming the key for a value that is not an integer.
         """
-        values: dict[str, int | None] = {}
+        values: dict[str, int | TimestampType | None] = {}
+        for key in ("log.message.timestamp.type", "message.timestamp.type"):
+            if key in props:
+                name = str(props[key]).strip()
+                if name not in _TIMESTAMP_TYPE_NAMES:
+                    raise ConfigError(
+                        f"config {key} must be one of {', '.join(_TIMESTAMP_TYPE_NAMES)}, got {props[key]!r}")
+                values["message_timestamp_type"] = _TIMESTAMP_TYPE_NAMES[name]
         for key, (field, unit_ms) in _COARSE_FIELDS.items():
             if key in props:
                 values[field] = _parse_int(key, props[key]) * unit_ms

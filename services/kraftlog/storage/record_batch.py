@@ -23,7 +23,9 @@ docs and ``DefaultRecordBatch``), big-endian::
 Two audiences, two halves:
 
 - Brokers and the raft log (the hot path) use :class:`BatchHeader`,
-  :func:`iter_batches`, :func:`scan_valid_prefix` and :func:`stamp_batches`.
+  :func:`iter_batches`, :func:`scan_valid_prefix`, :func:`stamp_range` (the
+  leader append: checks, stamps and index planning in one pass) and
+  :func:`stamp_batches`.
   They read and patch the 61-byte header through a ``memoryview`` and check the
   CRC with the hardware ``crc32c`` package; their cost is per batch, never per
   record, and they never copy or decompress the records section (DESIGN.md §3).
@@ -44,10 +46,11 @@ import enum
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
-from kraftlog.errors import CorruptRecordError, KraftlogError
+from kraftlog.errors import CorruptRecordError, KraftlogError, UnsupportedCompressionTypeError
 from kraftlog.storage import compression as codecs
 from kraftlog.storage import varint
 from kraftlog.storage.compression import CompressionType as CompressionType
@@ -209,8 +212,9 @@ def _compression_of(attributes: int, position: int) -> CompressionType:
     try:
         return CompressionType(codec)
     except ValueError:
-        raise CorruptRecordError(
-            f"batch at byte {position} has unknown compression codec id {codec}",
+        raise UnsupportedCompressionTypeError(
+            f"batch at byte {position} has unknown compression codec id {codec} "
+            f"(Kafka's codecs are 0-{_MAX_CODEC_ID})",
             position=position,
         ) from None
 
@@ -626,8 +630,294 @@ class StampResult:
     offset_of_max_timestamp: int
     batches: tuple[tuple[int, int, int, int, int, int], ...] = ()
     """Each batch as (base_offset, last_offset, position, size_in_bytes,
-    max_timestamp, partition_leader_epoch) after stamping, so that the log can
-    index the append without walking the headers a second time."""
+    max_timestamp, partition_leader_epoch) after stamping."""
+
+
+class IndexCursor(NamedTuple):
+    """Where a segment's sparse indexes stand: the input and output of :func:`stamp_range`.
+
+    A NamedTuple rather than a frozen dataclass: two are built per append on
+    the produce hot path, and a frozen dataclass costs several times more to build.
+
+    Kafka indexes a batch once more than ``index.interval.bytes`` were appended
+    since the last offset index entry; the entry maps the batch's last offset to
+    its start position, and the time index gets (max timestamp so far, its
+    offset) when that timestamp grew past the time index's last entry.
+    """
+
+    base_offset: int
+    """The segment's base offset: index entries hold offsets relative to it."""
+    position: int
+    """The segment file position of the appended buffer's first byte."""
+    interval_bytes: int
+    """``index.interval.bytes``."""
+    bytes_since_entry: int
+    """Log bytes appended since the last offset index entry."""
+    max_timestamp: int
+    """Largest batch maxTimestamp of the segment so far (-1: none)."""
+    offset_of_max_timestamp: int
+    last_indexed_timestamp: int
+    """Timestamp of the time index's last entry (-1: none)."""
+
+
+NO_INDEX = IndexCursor(base_offset=0, position=0, interval_bytes=varint.INT64_MAX, bytes_since_entry=0,
+                       max_timestamp=NO_TIMESTAMP, offset_of_max_timestamp=-1,
+                       last_indexed_timestamp=NO_TIMESTAMP)
+"""A cursor that never asks for an index entry (callers that keep no index)."""
+
+
+class StampedRange(NamedTuple):
+    """What :func:`stamp_range` validated, stamped and found to index in ``buf[start:end]``.
+
+    A NamedTuple for the same reason as :class:`IndexCursor`.
+    """
+
+    start: int
+    end: int
+    """One past the last stamped batch (a batch boundary)."""
+    first_offset: int
+    next_offset: int
+    """One past the last assigned offset; ``next_offset - first_offset`` records were stamped."""
+    batch_count: int
+    max_timestamp: int
+    """Largest batch maxTimestamp in the range (-1: none)."""
+    offset_of_max_timestamp: int
+    first_batch_max_timestamp: int
+    start_cursor: IndexCursor
+    """The index cursor the range was planned with."""
+    cursor: IndexCursor
+    """The index cursor after the range."""
+    index_offsets: list[int]
+    """Last offset (relative to the cursor's base offset) of every batch that gets an offset index entry..."""
+    index_positions: list[int]
+    """...and its file position (cursor position + position in ``buf``)."""
+    time_index_timestamps: list[int]
+    time_index_offsets: list[int]
+    originals: list[tuple[int, int, int]]
+    """(position, baseOffset, partitionLeaderEpoch) of each batch before stamping, for :func:`unstamp`."""
+    stamps: list[tuple[int, int, int]]
+    """With ``in_place=False``: (position, new baseOffset, batchLength) of each batch, not yet written."""
+
+    @property
+    def record_count(self) -> int:
+        """Records stamped: offsets are consecutive because lastOffsetDelta == recordCount - 1."""
+        return self.next_offset - self.first_offset
+
+
+# The header fields a leader append checks, in one unpack per batch:
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
+# lastOffsetDelta, (baseTimestamp skipped), maxTimestamp, (producer fields
+# skipped), recordCount.
+_APPEND_CHECK = struct.Struct(">qiibIhi8xq14xi")
+# baseOffset, batchLength (rewritten unchanged), partitionLeaderEpoch: the three
+# leading fields are adjacent, so a leader stamps a batch with one call.
+_STAMP = struct.Struct(">qii")
+_DELTA_AND_MAX = struct.Struct(">i8xq")  # lastOffsetDelta, (baseTimestamp), maxTimestamp
+
+
+def _leader_batch_error(view: memoryview, pos: int, end: int) -> CorruptRecordError:
+    """Why the batch at ``pos`` cannot be appended by a leader (the slow path of stamp_range)."""
+    remaining = end - pos
+    if remaining < HEADER_SIZE:
+        return CorruptRecordError(
+            f"partial batch at byte {pos}: {remaining} bytes left, a batch header needs {HEADER_SIZE}",
+            position=pos,
+        )
+    (
+        _base, length, _epoch, magic, crc, attributes, last_offset_delta, _max_ts, count,
+    ) = _APPEND_CHECK.unpack_from(view, pos)
+    if length < MIN_BATCH_LENGTH:
+        return CorruptRecordError(
+            f"batch at byte {pos} has invalid batch length {length} (minimum {MIN_BATCH_LENGTH})",
+            position=pos,
+        )
+    size = LOG_OVERHEAD + length
+    if remaining < size:
+        return CorruptRecordError(
+            f"partial batch at byte {pos}: {size} bytes declared, {remaining} present", position=pos
+        )
+    if magic != MAGIC:
+        return CorruptRecordError(
+            f"batch at byte {pos} has unsupported magic {magic} (expected {MAGIC})", position=pos
+        )
+    computed = crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size])
+    if computed != crc:
+        return CorruptRecordError(
+            f"batch at byte {pos} fails its CRC: stored 0x{crc:08x}, computed 0x{computed:08x}",
+            position=pos,
+        )
+    try:
+        _compression_of(attributes, pos)
+    except CorruptRecordError as exc:
+        return exc
+    return CorruptRecordError(
+        f"batch at byte {pos} has record count {count} but last offset delta {last_offset_delta}; "
+        "a produced batch needs count >= 1 and delta == count - 1",
+        position=pos,
+    )
+
+
+def unstamp(buf: bytearray | memoryview, stamped: StampedRange) -> None:
+    """Put back the baseOffset and partitionLeaderEpoch that :func:`stamp_range` overwrote."""
+    _unstamp(_as_view(buf), stamped.originals)
+
+
+def _unstamp(view: memoryview, originals: Sequence[tuple[int, int, int]]) -> None:
+    pack_i64 = _I64.pack_into
+    pack_i32 = _I32.pack_into
+    for pos, base, epoch in originals:
+        pack_i64(view, pos + BASE_OFFSET_OFFSET, base)
+        pack_i32(view, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def stamp_range(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    stop: int,
+    *,
+    next_offset: int,
+    leader_epoch: int,
+    cursor: IndexCursor = NO_INDEX,
+    in_place: bool = True,
+) -> StampedRange:
+    """The leader-append hot path: validate, stamp and plan index entries for whole batches.
+
+    Walks batches from ``start`` (a batch boundary) until the first boundary at
+    or after ``stop``; batches may extend to the end of ``buf``. Each batch must
+    be whole, have magic 2, a known codec, a matching CRC-32C, at least one
+    record and lastOffsetDelta == recordCount - 1 (Kafka's
+    ``LogValidator.validateBatch``; otherwise offsets would have gaps or
+    overlaps). Each valid batch gets baseOffset (consecutive from
+    ``next_offset``) and partitionLeaderEpoch; both lie outside the CRC, so no
+    CRC is recomputed. One pass, one header unpack, one CRC call over a
+    memoryview and one pack per batch: per-batch Python is what bounds append
+    throughput next to the page-cache copy.
+
+    With ``in_place=False`` (a read-only buffer, e.g. the bytes of an RPC)
+    nothing is patched: the new (position, baseOffset, batchLength) of each
+    batch are returned in ``stamps`` and :func:`stamped_pieces` turns them
+    into the pieces to write, so the records are never copied.
+
+    Index entries are planned from ``cursor`` (the segment's index state, see
+    :class:`IndexCursor`) in the same pass; the segment applies them when it
+    commits the append. On a bad batch every stamp made by this call is undone
+    and CorruptRecordError names the byte: the buffer is as it was.
+    """
+    view = _as_view(buf)
+    _check_range("next_offset", next_offset, (0, varint.INT64_MAX))
+    _check_range("leader_epoch", leader_epoch, _INT32)
+    end = len(view)
+    pos = start
+    offset = next_offset
+    unpack = _APPEND_CHECK.unpack_from
+    stamp = _STAMP.pack_into
+    crc_of = crc32c.crc32c
+    originals: list[tuple[int, int, int]] = []
+    keep = originals.append
+    stamps: list[tuple[int, int, int]] = []
+    plan = stamps.append
+    index_offsets: list[int] = []
+    index_positions: list[int] = []
+    add_index_offset = index_offsets.append
+    add_index_position = index_positions.append
+    time_stamps: list[int] = []
+    time_offsets: list[int] = []
+    (relative_base, file_position, interval, since, segment_max, segment_offset_of_max,
+     last_indexed) = cursor
+    max_ts = NO_TIMESTAMP
+    offset_of_max = -1
+    # Constants as locals: this loop runs once per batch on every produce.
+    overhead = LOG_OVERHEAD
+    min_length = MIN_BATCH_LENGTH
+    magic_v2 = MAGIC
+    codec_mask = COMPRESSION_CODEC_MASK
+    max_codec = _MAX_CODEC_ID
+    crc_start = ATTRIBUTES_OFFSET
+    try:
+        while pos < stop:
+            # unpack_from raises struct.error on a partial header: diagnosed below.
+            base, length, epoch, magic, crc, attributes, delta, batch_max, count = unpack(view, pos)
+            next_pos = pos + overhead + length
+            if (length < min_length or next_pos > end or magic != magic_v2 or delta != count - 1
+                    or count <= 0 or attributes & codec_mask > max_codec
+                    or crc_of(view[pos + crc_start : next_pos]) != crc):
+                raise _leader_batch_error(view, pos, end)
+            if in_place:
+                keep((pos, base, epoch))
+                stamp(view, pos, offset, length, leader_epoch)
+            else:
+                plan((pos, offset, length))
+            last = offset + delta
+            if batch_max > max_ts:
+                max_ts = batch_max
+                offset_of_max = last
+                if batch_max > segment_max:
+                    segment_max = batch_max
+                    segment_offset_of_max = last
+            if since > interval:
+                add_index_offset(last - relative_base)
+                add_index_position(file_position + pos)
+                if segment_max > last_indexed:
+                    time_stamps.append(segment_max)
+                    time_offsets.append(segment_offset_of_max)
+                    last_indexed = segment_max
+                since = next_pos - pos
+            else:
+                since += next_pos - pos
+            pos = next_pos
+            offset = last + 1
+    except (CorruptRecordError, struct.error) as exc:
+        _unstamp(view, originals)  # empty unless in_place
+        if isinstance(exc, CorruptRecordError):
+            raise
+        if end - pos < HEADER_SIZE:
+            raise _leader_batch_error(view, pos, end) from None
+        # Only an offset past int64 can fail the pack: the arguments were checked.
+        raise ValueError(f"next_offset={next_offset} leaves no room for the records at byte {pos}") from None
+    if offset - 1 > varint.INT64_MAX:
+        _unstamp(view, originals)
+        raise ValueError(f"next_offset={next_offset} leaves no room for {offset - next_offset} records")
+    first_batch_max = _I64.unpack_from(view, start + MAX_TIMESTAMP_OFFSET)[0] if pos > start else NO_TIMESTAMP
+    return StampedRange(
+        start=start,
+        end=pos,
+        first_offset=next_offset,
+        next_offset=offset,
+        batch_count=len(originals) + len(stamps),
+        max_timestamp=max_ts,
+        offset_of_max_timestamp=offset_of_max,
+        first_batch_max_timestamp=first_batch_max,
+        start_cursor=cursor,
+        cursor=IndexCursor(relative_base, file_position, interval, since, segment_max, segment_offset_of_max,
+                           last_indexed),
+        index_offsets=index_offsets,
+        index_positions=index_positions,
+        time_index_timestamps=time_stamps,
+        time_index_offsets=time_offsets,
+        originals=originals,
+        stamps=stamps,
+    )
+
+
+def stamped_pieces(
+    buf: bytes | bytearray | memoryview, stamped: StampedRange, *, leader_epoch: int
+) -> list[bytes | memoryview]:
+    """The pieces to write for a range stamped with ``in_place=False``, for ``os.pwritev``.
+
+    Per batch: its new 16-byte prefix (baseOffset, batchLength,
+    partitionLeaderEpoch) and a view of the rest of the batch. The batches
+    reach the file stamped although ``buf`` is read-only, and no record byte
+    is copied in user space.
+    """
+    view = _as_view(buf)
+    pieces: list[bytes | memoryview] = []
+    add = pieces.append
+    prefix = _STAMP.pack
+    rest = PARTITION_LEADER_EPOCH_OFFSET + 4
+    for pos, offset, length in stamped.stamps:
+        add(prefix(offset, length, leader_epoch))
+        add(view[pos + rest : pos + LOG_OVERHEAD + length])
+    return pieces
 
 
 def stamp_batches(
@@ -635,14 +925,9 @@ def stamp_batches(
 ) -> StampResult:
     """Leader append: validate every batch, then assign offsets and the leader epoch.
 
-    First pass (nothing is modified if it fails): the buffer must be non-empty
-    and consist of whole batches only; each batch must have magic 2, a known
-    codec, a matching CRC, at least one record and lastOffsetDelta ==
-    recordCount - 1 (Kafka's ``LogValidator.validateBatch``; otherwise offsets
-    would have gaps or overlaps). Second pass: batch i gets baseOffset = the
-    previous batch's last offset + 1 (the first gets ``first_offset``) and
-    partitionLeaderEpoch = ``leader_epoch``. Both fields lie outside the CRC
-    range, so only header bytes are written and no CRC is recomputed.
+    The checks and stamps of :func:`stamp_range` over the whole buffer, which
+    must be non-empty and hold whole batches only. Nothing is modified if it
+    fails.
 
     Raises CorruptRecordError (with the byte position) for bad bytes,
     ValueError for out-of-range arguments, TypeError for a read-only buffer.
@@ -652,90 +937,21 @@ def stamp_batches(
         raise TypeError("stamp_batches needs a writable buffer (bytearray or writable memoryview)")
     _check_range("first_offset", first_offset, (0, varint.INT64_MAX))
     _check_range("leader_epoch", leader_epoch, _INT32)
-    end = len(view)
-    if end == 0:
+    if len(view) == 0:
         raise CorruptRecordError("cannot append an empty set of record batches", position=0)
-    unpack_header = _HEADER.unpack_from
-    # (position, last_offset_delta, record_count, max_timestamp) per batch.
-    batches: list[tuple[int, int, int, int]] = []
-    pos = 0
-    while pos < end:
-        remaining = end - pos
-        if remaining < HEADER_SIZE:
-            raise CorruptRecordError(
-                f"partial batch at byte {pos}: {remaining} bytes left, a batch header needs "
-                f"{HEADER_SIZE}",
-                position=pos,
-            )
-        (
-            _base_offset, length, _epoch, magic, crc, attributes, last_offset_delta,
-            _base_ts, max_ts, _pid, _pepoch, _seq, count,
-        ) = unpack_header(view, pos)
-        if length < MIN_BATCH_LENGTH:
-            raise CorruptRecordError(
-                f"batch at byte {pos} has invalid batch length {length} "
-                f"(minimum {MIN_BATCH_LENGTH})",
-                position=pos,
-            )
-        size = LOG_OVERHEAD + length
-        if remaining < size:
-            raise CorruptRecordError(
-                f"partial batch at byte {pos}: {size} bytes declared, {remaining} present",
-                position=pos,
-            )
-        if magic != MAGIC:
-            raise CorruptRecordError(
-                f"batch at byte {pos} has unsupported magic {magic} (expected {MAGIC})",
-                position=pos,
-            )
-        computed = crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size])
-        if computed != crc:
-            raise CorruptRecordError(
-                f"batch at byte {pos} fails its CRC: stored 0x{crc:08x}, "
-                f"computed 0x{computed:08x}",
-                position=pos,
-            )
-        if attributes & COMPRESSION_CODEC_MASK > _MAX_CODEC_ID:
-            _compression_of(attributes, pos)  # raises, naming the codec id
-        if count <= 0 or last_offset_delta != count - 1:
-            raise CorruptRecordError(
-                f"batch at byte {pos} has record count {count} but last offset delta "
-                f"{last_offset_delta}; a produced batch needs count >= 1 and "
-                f"delta == count - 1",
-                position=pos,
-            )
-        batches.append((pos, last_offset_delta, count, max_ts))
-        pos += size
-
-    total_records = sum(batch[2] for batch in batches)
-    last_offset = first_offset + total_records - 1
-    if last_offset > varint.INT64_MAX:
-        raise ValueError(f"first_offset={first_offset} leaves no room for {total_records} records")
-
-    next_offset = first_offset
-    max_timestamp = NO_TIMESTAMP
-    offset_of_max_timestamp = -1
-    pack_i64 = _I64.pack_into
-    pack_i32 = _I32.pack_into
+    stamped = stamp_range(view, 0, len(view), next_offset=first_offset, leader_epoch=leader_epoch)
     layout: list[tuple[int, int, int, int, int, int]] = []
-    add_layout = layout.append
-    for index, (batch_pos, last_delta, _count, max_ts) in enumerate(batches):
-        pack_i64(view, batch_pos + BASE_OFFSET_OFFSET, next_offset)
-        pack_i32(view, batch_pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch)
-        batch_last = next_offset + last_delta
-        if max_ts > max_timestamp:
-            max_timestamp = max_ts
-            offset_of_max_timestamp = batch_last
-        batch_end = batches[index + 1][0] if index + 1 < len(batches) else end
-        add_layout((next_offset, batch_last, batch_pos, batch_end - batch_pos, max_ts, leader_epoch))
-        next_offset = batch_last + 1
+    for pos, _base, _epoch in stamped.originals:
+        base_offset, length = _FRAME.unpack_from(view, pos)
+        delta, max_ts = _DELTA_AND_MAX.unpack_from(view, pos + LAST_OFFSET_DELTA_OFFSET)
+        layout.append((base_offset, base_offset + delta, pos, LOG_OVERHEAD + length, max_ts, leader_epoch))
     return StampResult(
         first_offset=first_offset,
-        last_offset=last_offset,
-        batch_count=len(batches),
-        record_count=total_records,
-        max_timestamp=max_timestamp,
-        offset_of_max_timestamp=offset_of_max_timestamp,
+        last_offset=stamped.next_offset - 1,
+        batch_count=stamped.batch_count,
+        record_count=stamped.record_count,
+        max_timestamp=stamped.max_timestamp,
+        offset_of_max_timestamp=stamped.offset_of_max_timestamp,
         batches=tuple(layout),
     )
 
@@ -1037,6 +1253,10 @@ def _decode_one(
         where = "records section"
         section_start = position + RECORDS_OFFSET
     else:
+        if codec is CompressionType.SNAPPY:
+            raise UnsupportedCompressionTypeError(
+                f"batch at byte {position} (base offset {base_offset}) is SNAPPY-compressed, which "
+                "kraftlog cannot decompress (use gzip, lz4 or zstd)", position=position)
         try:
             data = codecs.decompress(codec, section, max_size=max_decompressed_bytes)
         except KraftlogError as exc:

@@ -26,6 +26,7 @@ import os
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kraftlog.errors import CorruptFileError, CorruptRecordError, InvariantViolation
 from kraftlog.storage import index as index_mod
@@ -52,6 +53,8 @@ NO_TIMESTAMP = -1
 # cheap next to the byte copy; validation stays in record_batch.
 _HEADER_PREFIX = struct.Struct(">qiibIhiqq")
 _PEEK_SIZE = _HEADER_PREFIX.size
+# pwritev takes at most IOV_MAX buffers (1024 on Linux): 512 batches per call.
+_IOV_MAX = 1024
 
 
 BatchInfo = tuple[int, int, int, int, int, int]
@@ -110,9 +113,12 @@ class RecoveryResult:
     """Why the scan stopped before the end of the file; None when all bytes were valid."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SegmentRead:
-    """Bytes of whole batches read from one segment."""
+class SegmentRead(NamedTuple):
+    """Bytes of whole batches read from one segment.
+
+    A NamedTuple, not a frozen dataclass: one is built per fetch, and it is
+    several times cheaper to build.
+    """
 
     position: int
     """Byte position of the first returned batch in the ``.log`` file."""
@@ -366,30 +372,111 @@ class LogSegment:
     # ------------------------------------------------------------------ append
 
     def append(self, view: memoryview, infos: Sequence[BatchInfo]) -> None:
-        """Write whole, validated batches at the end of the file and index them.
+        """Write whole, validated batches at the end of the file and index them (follower appends).
 
         ``infos`` are the buffer's batches as :func:`walk_batches` returns them.
-        One ``os.write`` loop for the bytes, one write per index file.
+        One ``pwrite`` loop for the bytes, one write per index file.
         """
         if not infos:
             return
-        first_offset = infos[0][0]
-        last_offset = infos[-1][1]
-        if first_offset < self.next_offset or last_offset - self.base_offset > INT32_MAX:
-            raise InvariantViolation(
-                f"{self.log_path}: append of offsets [{first_offset}, {last_offset}] to a segment "
-                f"with base {self.base_offset} and next offset {self.next_offset}")
+        self._check_append(infos[0][0], infos[-1][1])
         start = self.size
-        if start == 0:
-            self.rolling_based_timestamp = infos[0][4] if infos[0][4] >= 0 else None
-        # pwrite at our own size, not the fd's file position: after a
-        # truncation the position would still point past the new end.
+        try:
+            self.write_at(view, start)
+        except BaseException:
+            self.discard_uncommitted()
+            raise
+        self._index_batches(infos, start)
+        self._commit(len(view), infos[-1][1] + 1, infos[0][4])
+
+    def index_cursor(self) -> record_batch.IndexCursor:
+        """The index state a leader append plans its entries from (:func:`record_batch.stamp_range`)."""
+        return record_batch.IndexCursor(
+            base_offset=self.base_offset, position=self.size, interval_bytes=self.index_interval_bytes,
+            bytes_since_entry=self._bytes_since_last_index_entry, max_timestamp=self.max_timestamp_so_far,
+            offset_of_max_timestamp=self.offset_of_max_timestamp_so_far,
+            last_indexed_timestamp=self.time_index.last_entry[0])
+
+    def write_at(self, view: memoryview, position: int) -> None:
+        """``pwrite`` bytes at ``position`` (at or past the end) without committing them.
+
+        Until :meth:`commit_stamped` (or :meth:`append`) the bytes are not part
+        of the segment: reads stop at ``size`` and :meth:`discard_uncommitted`
+        cuts them off. pwrite at our own size, not the fd's file position:
+        after a truncation the position would still point past the new end.
+        """
         remaining = view
-        at = start
+        at = position
         while remaining:
             written = os.pwrite(self._fd, remaining, at)
             remaining = remaining[written:]
             at += written
+        self._synced = False
+
+    def write_pieces_at(self, pieces: Sequence[bytes | memoryview], position: int) -> None:
+        """:meth:`write_at` for a buffer given as pieces (:func:`record_batch.stamped_pieces`): ``pwritev``."""
+        at = position
+        for first in range(0, len(pieces), _IOV_MAX):
+            group = pieces[first:first + _IOV_MAX]
+            written = os.pwritev(self._fd, group, at)
+            expected = sum(len(piece) for piece in group)
+            if written < expected:
+                # A short write (rare for regular files): finish piece by piece.
+                self.write_at(memoryview(b"".join(group))[written:], at + written)
+            at += expected
+        self._synced = False
+
+    def discard_uncommitted(self) -> None:
+        """Cut the file back to ``size``: undo :meth:`write_at` of an append that failed."""
+        os.ftruncate(self._fd, self.size)
+
+    def commit_stamped(self, view: memoryview, stamped: record_batch.StampedRange) -> None:
+        """Make ``view``, written by :meth:`write_at` at ``size``, part of the segment, with its index entries.
+
+        ``stamped`` is the :func:`record_batch.stamp_range` result for all of
+        ``view``. Its planned index entries are used when it was planned from
+        this segment's current :meth:`index_cursor` and both indexes have room;
+        otherwise (a roll in between, a full index, or a caller that planned
+        nothing) they are recomputed from a header walk.
+        """
+        self._check_append(stamped.first_offset, stamped.next_offset - 1)
+        planned = len(stamped.index_offsets)
+        room = min(self.index.max_entries - len(self.index), self.time_index.max_entries - len(self.time_index))
+        if stamped.start_cursor != self.index_cursor() or planned > room:
+            infos = walk_batches(view)
+            if stamped.stamps:
+                # view is the caller's read-only buffer: its headers still carry
+                # the producer's offsets, the stamps carry the assigned ones.
+                infos = [(offset, offset + last - base, position, size, max_ts, epoch)
+                         for (base, last, position, size, max_ts, epoch), (_, offset, _) in
+                         zip(infos, stamped.stamps, strict=True)]
+            self._index_batches(infos, self.size)
+        else:
+            self.index.append_all(stamped.index_offsets, stamped.index_positions)
+            self.index.write_pending()
+            if stamped.time_index_timestamps:
+                self.time_index.append_all(stamped.time_index_timestamps, stamped.time_index_offsets)
+                self.time_index.write_pending()
+            cursor = stamped.cursor
+            self._bytes_since_last_index_entry = cursor.bytes_since_entry
+            self.max_timestamp_so_far = cursor.max_timestamp
+            self.offset_of_max_timestamp_so_far = cursor.offset_of_max_timestamp
+        self._commit(len(view), stamped.next_offset, stamped.first_batch_max_timestamp)
+
+    def _check_append(self, first_offset: int, last_offset: int) -> None:
+        if first_offset < self.next_offset or last_offset - self.base_offset > INT32_MAX:
+            raise InvariantViolation(
+                f"{self.log_path}: append of offsets [{first_offset}, {last_offset}] to a segment "
+                f"with base {self.base_offset} and next offset {self.next_offset}")
+
+    def _commit(self, length: int, next_offset: int, first_batch_max_timestamp: int) -> None:
+        if self.size == 0:
+            self.rolling_based_timestamp = first_batch_max_timestamp if first_batch_max_timestamp >= 0 else None
+        self.size += length
+        self.next_offset = next_offset
+
+    def _index_batches(self, infos: Sequence[BatchInfo], start: int) -> None:
+        """Index entries for batches written at ``start`` (the walk that :func:`record_batch.stamp_range` plans)."""
         since = self._bytes_since_last_index_entry
         interval = self.index_interval_bytes
         max_ts = self.max_timestamp_so_far
@@ -428,9 +515,6 @@ class LogSegment:
         self._bytes_since_last_index_entry = since
         self.max_timestamp_so_far = max_ts
         self.offset_of_max_timestamp_so_far = offset_of_max
-        self.size = start + len(view)
-        self.next_offset = last_offset + 1
-        self._synced = False
 
     # ------------------------------------------------------------------ reading
 

@@ -5,15 +5,18 @@ replicas and of a partition directory ``<topic>-<partition>``) and
 :func:`validate_topic_name`. Used by checkpoints, the segmented log's
 directory layout, the broker and the admin service (CreateTopics validation).
 
-Pure value code: no I/O. Invalid input raises ``ValueError`` with a message that
-names the bad value; file readers wrap it into a ``CorruptFileError`` naming the
-file and line, RPC handlers into INVALID_TOPIC_EXCEPTION.
+Pure value code: no I/O. An illegal topic name or partition directory name
+raises :class:`kraftlog.errors.InvalidTopicError` (a ``ValueError`` too) naming the
+bad value; file readers wrap it into a ``CorruptFileError`` naming the file and
+line, RPC handlers answer INVALID_TOPIC_EXCEPTION.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from kraftlog.errors import InvalidTopicError
 
 MAX_TOPIC_NAME_LENGTH = 249
 """Kafka's limit (``Topic.MAX_NAME_LENGTH``): 255 minus room for ``-<partition>``
@@ -27,23 +30,23 @@ _PARTITION_DIGITS = re.compile(r"0|[1-9][0-9]*")
 
 
 def validate_topic_name(topic: str) -> None:
-    """Raise ``ValueError`` unless ``topic`` is a legal Kafka topic name.
+    """Raise InvalidTopicError unless ``topic`` is a legal Kafka topic name.
 
     The rules are Kafka's ``Topic.validate``: non-empty, not ``.`` or ``..``
     (they would name the log directory's parent), at most 249 characters, and
     only ASCII letters, digits, ``.``, ``_`` and ``-``.
     """
     if not topic:
-        raise ValueError("topic name is illegal, it can't be empty")
+        raise InvalidTopicError("topic name is illegal, it can't be empty")
     if topic in (".", ".."):
-        raise ValueError(f"topic name cannot be {topic!r}")
+        raise InvalidTopicError(f"topic name cannot be {topic!r}")
     if len(topic) > MAX_TOPIC_NAME_LENGTH:
-        raise ValueError(
+        raise InvalidTopicError(
             f"topic name {topic[:40]!r}... is illegal, it can't be longer than "
             f"{MAX_TOPIC_NAME_LENGTH} characters (it has {len(topic)})"
         )
     if not _LEGAL_TOPIC_CHARS.fullmatch(topic):
-        raise ValueError(
+        raise InvalidTopicError(
             f"topic name {topic!r} is illegal, it contains a character other than "
             "ASCII alphanumerics, '.', '_' and '-'"
         )
@@ -78,18 +81,19 @@ def parse_dir_name(name: str) -> TopicPartition:
     """Parse a partition directory name ``<topic>-<partition>`` back to its key.
 
     The topic may itself contain ``-``; the partition is what follows the last
-    one. Raises ``ValueError`` naming the directory for anything else (Kafka's
-    ``-delete``/``-future``/``-stray`` directories are not partition logs).
+    one. Raises InvalidTopicError naming the directory for anything else, as
+    Kafka's ``UnifiedLog.parseTopicPartitionName`` refuses it (``-delete`` /
+    ``-future`` / ``-stray`` directories are not partition logs).
     """
     topic, sep, partition = name.rpartition("-")
     if not sep or not topic:
-        raise ValueError(f"directory name {name!r} is not of the form <topic>-<partition>")
+        raise InvalidTopicError(f"directory name {name!r} is not of the form <topic>-<partition>")
     if not _PARTITION_DIGITS.fullmatch(partition):
-        raise ValueError(
+        raise InvalidTopicError(
             f"directory name {name!r} is not of the form <topic>-<partition>: "
             f"{partition!r} is not a partition number"
         )
     try:
         return TopicPartition(topic=topic, partition=int(partition))
     except ValueError as exc:
-        raise ValueError(f"directory name {name!r}: {exc}") from None
+        raise InvalidTopicError(f"directory name {name!r}: {exc}") from None

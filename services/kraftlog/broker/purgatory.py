@@ -1,0 +1,307 @@
+"""Delayed produce and fetch operations (Kafka's DelayedOperationPurgatory, DelayedProduce, DelayedFetch).
+
+Owns the operations that wait: an acks=all produce until the high watermark of
+each of its partitions reaches one past its last offset (then NONE, or
+NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR fell below ``min.insync.replicas``
+meanwhile, or NOT_LEADER_OR_FOLLOWER after losing leadership), or until
+``timeout_ms`` (REQUEST_TIMED_OUT: the data may still commit); a fetch until
+``min_bytes`` are readable, or something changed that answers it at once
+(leadership, epochs, divergence, truncation), or ``max_wait_ms``.
+
+Operations are watched by partition (:class:`TopicPartition` keys).
+:meth:`Purgatory.check_and_complete` is called by the replica manager when a
+partition changes (append, high watermark, role); :meth:`Purgatory.expire`
+by its poll with the injected clock. Completed operations are returned to the
+caller, which answers them; nothing here calls back into the network.
+
+Must not: read a clock, run timers or threads, or hold request bytes longer
+than the operation lives. Pure and single-threaded: one owner calls it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from kraftlog.broker import partition as partition_mod
+from kraftlog.error_codes import ErrorCode
+from kraftlog.storage import log as storage_log
+from kraftlog.storage.topic_partition import TopicPartition
+
+
+class DelayedOperation(Protocol):
+    """What the purgatory needs of an operation."""
+
+    @property
+    def op_id(self) -> int: ...
+
+    @property
+    def deadline_ms(self) -> int: ...
+
+    @property
+    def keys(self) -> Iterable[TopicPartition]: ...
+
+
+OpT = TypeVar("OpT", bound=DelayedOperation)
+
+
+class Purgatory(Generic[OpT]):
+    """Operations waiting on partitions, completed by checks or expired by time.
+
+    Invariant: an operation is in ``_pending`` until it completes exactly once,
+    by ``try_complete`` returning True or by expiry; watcher lists and the expiry
+    heap may still hold completed ones and drop them lazily.
+    """
+
+    def __init__(self, *, try_complete: Callable[[OpT], bool], on_expire: Callable[[OpT], None]) -> None:
+        self._try_complete = try_complete
+        self._on_expire = on_expire
+        self._pending: dict[int, OpT] = {}
+        self._watchers: dict[TopicPartition, list[OpT]] = {}
+        self._expiry: list[tuple[int, int, OpT]] = []
+        self._sequence = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __contains__(self, op_id: object) -> bool:
+        return op_id in self._pending
+
+    def try_complete_else_watch(self, op: OpT) -> bool:
+        """Complete ``op`` now if it can be (True), else watch its keys until it can or expires."""
+        if op.op_id in self._pending:
+            raise ValueError(f"delayed operation {op.op_id} is already waiting")
+        if self._try_complete(op):
+            return True
+        self._pending[op.op_id] = op
+        for key in op.keys:
+            self._watchers.setdefault(key, []).append(op)
+        self._sequence += 1
+        heapq.heappush(self._expiry, (op.deadline_ms, self._sequence, op))
+        return False
+
+    def check_and_complete(self, key: TopicPartition) -> list[OpT]:
+        """Try every operation watching ``key``; returns those that completed."""
+        watching = self._watchers.pop(key, None)
+        if not watching:
+            return []
+        completed: list[OpT] = []
+        still: list[OpT] = []
+        for op in watching:
+            if op.op_id not in self._pending:
+                continue
+            if self._try_complete(op):
+                del self._pending[op.op_id]
+                completed.append(op)
+            else:
+                still.append(op)
+        if still:
+            self._watchers[key] = still
+        return completed
+
+    def expire(self, now_ms: int) -> list[OpT]:
+        """Complete every operation whose deadline is at or before ``now_ms``, in deadline order."""
+        expired: list[OpT] = []
+        while self._expiry and self._expiry[0][0] <= now_ms:
+            _deadline, _seq, op = heapq.heappop(self._expiry)
+            if self._pending.pop(op.op_id, None) is None:
+                continue
+            self._on_expire(op)
+            expired.append(op)
+        if expired:
+            self._purge_watchers()
+        return expired
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest deadline of a pending operation (when the owner should poll next)."""
+        while self._expiry and self._expiry[0][2].op_id not in self._pending:
+            heapq.heappop(self._expiry)
+        return self._expiry[0][0] if self._expiry else None
+
+    def _purge_watchers(self) -> None:
+        for key in list(self._watchers):
+            live = [op for op in self._watchers[key] if op.op_id in self._pending]
+            if live:
+                self._watchers[key] = live
+            else:
+                del self._watchers[key]
+
+
+# ================================================================== produce
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducePartitionResponse:
+    """One partition's produce outcome (ProduceResponse.PartitionProduceResponse)."""
+
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str = ""
+    leader_id: int = -1
+    """The leader as this broker knows it, with NOT_LEADER_OR_FOLLOWER (KIP-951)."""
+    leader_epoch: int = -1
+
+
+class ProducePartitionStatus:
+    """A partition of a delayed produce: the offset the high watermark must reach, and its answer so far."""
+
+    __slots__ = ("acks_pending", "required_offset", "response")
+
+    def __init__(self, *, required_offset: int, response: ProducePartitionResponse) -> None:
+        self.required_offset = required_offset
+        self.response = response
+        # Partitions that failed their append answer at once; only the others wait.
+        self.acks_pending = response.error is ErrorCode.NONE
+
+
+class DelayedProduce:
+    """An acks=all produce waiting for replication (Kafka's DelayedProduce)."""
+
+    __slots__ = ("_deadline_ms", "_op_id", "statuses")
+
+    def __init__(self, *, op_id: int, deadline_ms: int, statuses: Mapping[TopicPartition, ProducePartitionStatus]):
+        self._op_id = op_id
+        self._deadline_ms = deadline_ms
+        self.statuses = dict(statuses)
+
+    @property
+    def op_id(self) -> int:
+        return self._op_id
+
+    @property
+    def deadline_ms(self) -> int:
+        return self._deadline_ms
+
+    @property
+    def keys(self) -> Iterable[TopicPartition]:
+        return [tp for tp, status in self.statuses.items() if status.acks_pending]
+
+    def responses(self) -> dict[TopicPartition, ProducePartitionResponse]:
+        return {tp: status.response for tp, status in self.statuses.items()}
+
+
+def _produce_try_complete(check: Callable[[TopicPartition, int], tuple[bool, ErrorCode]],
+                          op: DelayedProduce) -> bool:
+    for tp, status in op.statuses.items():
+        if not status.acks_pending:
+            continue
+        done, error = check(tp, status.required_offset)
+        if error is not ErrorCode.NONE or done:
+            status.acks_pending = False
+            if error is not ErrorCode.NONE:
+                status.response = ProducePartitionResponse(
+                    error=error, base_offset=status.response.base_offset,
+                    log_append_time_ms=status.response.log_append_time_ms,
+                    log_start_offset=status.response.log_start_offset)
+    return not any(status.acks_pending for status in op.statuses.values())
+
+
+def _produce_expire(op: DelayedProduce) -> None:
+    for status in op.statuses.values():
+        if status.acks_pending:
+            status.acks_pending = False
+            status.response = ProducePartitionResponse(
+                error=ErrorCode.REQUEST_TIMED_OUT, base_offset=status.response.base_offset,
+                log_append_time_ms=status.response.log_append_time_ms,
+                log_start_offset=status.response.log_start_offset,
+                error_message="not replicated to the in-sync replicas within the request timeout")
+
+
+def produce_purgatory(check: Callable[[TopicPartition, int], tuple[bool, ErrorCode]]) -> Purgatory[DelayedProduce]:
+    """A purgatory for delayed produces; ``check(tp, required_offset)`` is
+    :meth:`Partition.check_enough_replicas_reach_offset` (or an error for a missing partition)."""
+    return Purgatory(try_complete=lambda op: _produce_try_complete(check, op), on_expire=_produce_expire)
+
+
+# ================================================================== fetch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchPartitionRequest:
+    """One partition of a Fetch (FetchRequest.FetchPartition)."""
+
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = partition_mod.NO_PARTITION_LEADER_EPOCH
+    last_fetched_epoch: int = partition_mod.NO_PARTITION_LEADER_EPOCH
+    log_start_offset: int = partition_mod.UNKNOWN_OFFSET
+    """The follower's log start offset, -1 for consumers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchParams:
+    """The request-wide part of a Fetch (Kafka's FetchParams)."""
+
+    replica_id: int = partition_mod.CONSUMER_REPLICA_ID
+    max_wait_ms: int = 0
+    min_bytes: int = 1
+    max_bytes: int = 50 * 1024 * 1024
+    isolation: partition_mod.FetchIsolation = partition_mod.FetchIsolation.HIGH_WATERMARK
+    """For consumers; followers always read to the log end."""
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+    @property
+    def fetch_isolation(self) -> partition_mod.FetchIsolation:
+        return partition_mod.FetchIsolation.LOG_END if self.is_from_follower else self.isolation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchPartitionStatus:
+    """A partition of a delayed fetch: where its first read started, and the request."""
+
+    fetch_offset_metadata: storage_log.LogOffsetMetadata
+    request: FetchPartitionRequest
+
+
+class DelayedFetch:
+    """A fetch waiting for ``min_bytes`` (Kafka's DelayedFetch); answered by reading again."""
+
+    __slots__ = ("_deadline_ms", "_op_id", "params", "partitions")
+
+    def __init__(self, *, op_id: int, deadline_ms: int, params: FetchParams,
+                 partitions: Mapping[TopicPartition, FetchPartitionStatus]) -> None:
+        self._op_id = op_id
+        self._deadline_ms = deadline_ms
+        self.params = params
+        self.partitions = dict(partitions)
+
+    @property
+    def op_id(self) -> int:
+        return self._op_id
+
+    @property
+    def deadline_ms(self) -> int:
+        return self._deadline_ms
+
+    @property
+    def keys(self) -> Iterable[TopicPartition]:
+        return list(self.partitions)
+
+    def requests(self) -> dict[TopicPartition, FetchPartitionRequest]:
+        return {tp: status.request for tp, status in self.partitions.items()}
+
+
+FetchProbe = Callable[[TopicPartition, FetchPartitionStatus, FetchParams], int | None]
+"""Bytes readable for one waiting partition, or None when the fetch must be answered now."""
+
+
+def _fetch_try_complete(probe: FetchProbe, op: DelayedFetch) -> bool:
+    accumulated = 0
+    for tp, status in op.partitions.items():
+        available = probe(tp, status, op.params)
+        if available is None:
+            return True
+        accumulated += min(available, status.request.partition_max_bytes)
+    return accumulated >= op.params.min_bytes
+
+
+def fetch_purgatory(probe: FetchProbe) -> Purgatory[DelayedFetch]:
+    """A purgatory for delayed fetches; expiry just completes them (the owner reads again)."""
+    return Purgatory(try_complete=lambda op: _fetch_try_complete(probe, op), on_expire=lambda _op: None)

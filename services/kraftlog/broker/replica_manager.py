@@ -1,0 +1,464 @@
+"""The broker's partitions and their data path (the pure part of Kafka's ReplicaManager).
+
+Owns the map ``TopicPartition -> Partition`` of replicas hosted here, each
+replica's :class:`ReplicaState` (seed 003's replica state machine, shown in
+logs and DescribeLogDirs), the produce and fetch fan-out with an error per
+partition, the delayed produce / fetch purgatories, the collection of pending
+AlterPartition proposals, ISR expiry, and the high watermarks for
+``replication-offset-checkpoint``.
+
+Callers: the broker's gRPC server (Produce, Fetch), the reconciler (adds and
+removes partitions, role changes, replica states), the replica fetchers (via
+the partitions), the AlterPartition sender. Like etcd-raft's ``Ready``, what
+became answerable is collected and handed out by :meth:`ReplicaManager.take_completed`:
+the server calls it after each call here and answers those requests.
+
+Replica state transitions (Kafka's ReplicaStateMachine; target <- allowed sources)::
+
+    NewReplica                <- NonExistentReplica
+    OnlineReplica             <- NewReplica, OnlineReplica, OfflineReplica, ReplicaDeletionIneligible
+    OfflineReplica            <- NewReplica, OnlineReplica, OfflineReplica, ReplicaDeletionIneligible
+    ReplicaDeletionStarted    <- OfflineReplica
+    ReplicaDeletionSuccessful <- ReplicaDeletionStarted
+    ReplicaDeletionIneligible <- OfflineReplica, ReplicaDeletionStarted
+    NonExistentReplica        <- ReplicaDeletionSuccessful
+
+Errors per partition: UNKNOWN_TOPIC_OR_PARTITION (not hosted here; the server
+may refine it to NOT_LEADER_OR_FOLLOWER when the metadata image knows the
+partition), KAFKA_STORAGE_ERROR (replica offline: its log dir failed),
+NOT_LEADER_OR_FOLLOWER (not leader, or being deleted), and those of
+:class:`~kraftlog.broker.partition.Partition`. A bad ``acks`` answers
+INVALID_REQUIRED_ACKS on every partition.
+
+Must not: import asyncio, grpc, protobuf or a clock; create or delete log
+directories (the reconciler does); block. Single-threaded: one owner calls it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import purgatory
+from kraftlog.error_codes import ErrorCode
+from kraftlog.errors import InvariantViolation
+from kraftlog.metadata.records import NO_LEADER
+from kraftlog.storage import log as storage_log
+from kraftlog.storage.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+VALID_ACKS = frozenset({-1, 0, 1})
+
+
+class ReplicaState(enum.Enum):
+    """A replica's lifecycle on this broker, with Kafka's state names."""
+
+    NEW_REPLICA = "NewReplica"
+    ONLINE_REPLICA = "OnlineReplica"
+    OFFLINE_REPLICA = "OfflineReplica"
+    REPLICA_DELETION_STARTED = "ReplicaDeletionStarted"
+    REPLICA_DELETION_SUCCESSFUL = "ReplicaDeletionSuccessful"
+    REPLICA_DELETION_INELIGIBLE = "ReplicaDeletionIneligible"
+    NON_EXISTENT_REPLICA = "NonExistentReplica"
+
+
+_S = ReplicaState
+VALID_PREVIOUS_STATES: dict[ReplicaState, frozenset[ReplicaState]] = {
+    _S.NEW_REPLICA: frozenset({_S.NON_EXISTENT_REPLICA}),
+    _S.ONLINE_REPLICA: frozenset({_S.NEW_REPLICA, _S.ONLINE_REPLICA, _S.OFFLINE_REPLICA,
+                                  _S.REPLICA_DELETION_INELIGIBLE}),
+    _S.OFFLINE_REPLICA: frozenset({_S.NEW_REPLICA, _S.ONLINE_REPLICA, _S.OFFLINE_REPLICA,
+                                   _S.REPLICA_DELETION_INELIGIBLE}),
+    _S.REPLICA_DELETION_STARTED: frozenset({_S.OFFLINE_REPLICA}),
+    _S.REPLICA_DELETION_SUCCESSFUL: frozenset({_S.REPLICA_DELETION_STARTED}),
+    _S.REPLICA_DELETION_INELIGIBLE: frozenset({_S.OFFLINE_REPLICA, _S.REPLICA_DELETION_STARTED}),
+    _S.NON_EXISTENT_REPLICA: frozenset({_S.REPLICA_DELETION_SUCCESSFUL}),
+}
+"""Kafka's ``ReplicaState.validPreviousStates``."""
+
+_SERVING_STATES = frozenset({_S.NEW_REPLICA, _S.ONLINE_REPLICA})
+
+
+class IllegalReplicaStateTransition(InvariantViolation):
+    """A replica was asked to move between states the state machine does not connect."""
+
+    def __init__(self, topic_partition: TopicPartition, current: ReplicaState, target: ReplicaState) -> None:
+        allowed = ", ".join(sorted(s.value for s in VALID_PREVIOUS_STATES[target]))
+        super().__init__(f"replica {topic_partition}: illegal transition {current.value} -> {target.value} "
+                         f"(allowed from: {allowed})")
+        self.topic_partition = topic_partition
+        self.current = current
+        self.target = target
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchPartitionResponse:
+    """One partition's fetch answer (FetchResponse.PartitionData)."""
+
+    error: ErrorCode
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes = b""
+    diverging_epoch: partition_mod.EpochEndOffset | None = None
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceOutcome:
+    """The answer to :meth:`ReplicaManager.append_records`.
+
+    ``delayed_op_id`` None: ``responses`` is the answer. Otherwise the answer
+    comes later from :meth:`ReplicaManager.take_completed` under that id, and
+    ``responses`` only shows the state at append time.
+    """
+
+    responses: dict[TopicPartition, purgatory.ProducePartitionResponse]
+    delayed_op_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchOutcome:
+    """The answer to :meth:`ReplicaManager.fetch_messages` (``responses`` None while it waits)."""
+
+    responses: dict[TopicPartition, FetchPartitionResponse] | None
+    delayed_op_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletedProduce:
+    op_id: int
+    responses: dict[TopicPartition, purgatory.ProducePartitionResponse]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletedFetch:
+    op_id: int
+    responses: dict[TopicPartition, FetchPartitionResponse]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completed:
+    """Delayed requests that became answerable since the last :meth:`ReplicaManager.take_completed`."""
+
+    produces: tuple[CompletedProduce, ...] = ()
+    fetches: tuple[CompletedFetch, ...] = ()
+
+
+class ReplicaManager:
+    """The partitions hosted on broker ``broker_id``. See the module docstring."""
+
+    def __init__(self, *, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self._partitions: dict[TopicPartition, partition_mod.Partition] = {}
+        self._states: dict[TopicPartition, ReplicaState] = {}
+        self._produce_purgatory = purgatory.produce_purgatory(self._check_enough_replicas)
+        self._fetch_purgatory = purgatory.fetch_purgatory(self._fetch_bytes_available)
+        self._next_op_id = 1
+        self._completed_produces: list[CompletedProduce] = []
+        self._completed_fetches: list[CompletedFetch] = []
+        # The latest time a caller gave: re-reads of completed fetches run at it.
+        self._now_ms = 0
+
+    # ================================================================== partitions and replica states
+
+    def add_partition(self, partition: partition_mod.Partition) -> None:
+        """Host a new replica (NonExistentReplica -> NewReplica)."""
+        tp = partition.topic_partition
+        if tp in self._partitions:
+            raise InvariantViolation(f"broker={self.broker_id} partition {tp} is already hosted here")
+        self._partitions[tp] = partition
+        self._states[tp] = ReplicaState.NON_EXISTENT_REPLICA
+        self.transition_replica(tp, ReplicaState.NEW_REPLICA)
+
+    def get_partition(self, tp: TopicPartition) -> partition_mod.Partition | None:
+        return self._partitions.get(tp)
+
+    @property
+    def partitions(self) -> Mapping[TopicPartition, partition_mod.Partition]:
+        return self._partitions
+
+    def replica_state(self, tp: TopicPartition) -> ReplicaState:
+        return self._states.get(tp, ReplicaState.NON_EXISTENT_REPLICA)
+
+    def transition_replica(self, tp: TopicPartition, target: ReplicaState) -> None:
+        """Move a hosted replica to ``target``; raises IllegalReplicaStateTransition if not allowed."""
+        if tp not in self._partitions:
+            raise InvariantViolation(f"broker={self.broker_id} partition {tp} is not hosted here")
+        current = self._states[tp]
+        if current not in VALID_PREVIOUS_STATES[target]:
+            raise IllegalReplicaStateTransition(tp, current, target)
+        self._states[tp] = target
+        if current is not target:
+            logger.info("broker=%d partition=%s event=replica_state from=%s to=%s", self.broker_id, tp,
+                        current.value, target.value)
+        if target not in _SERVING_STATES:
+            # An offline or deleted replica answers nobody: release its waiters with errors.
+            self._complete_waiting(tp)
+
+    def remove_partition(self, tp: TopicPartition) -> partition_mod.Partition:
+        """Forget a deleted replica (ReplicaDeletionSuccessful -> NonExistentReplica)."""
+        self.transition_replica(tp, ReplicaState.NON_EXISTENT_REPLICA)
+        partition = self._partitions.pop(tp)
+        del self._states[tp]
+        self._complete_waiting(tp)
+        return partition
+
+    def _serving_partition(self, tp: TopicPartition) -> tuple[partition_mod.Partition | None, ErrorCode, str]:
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} is not hosted on broker {self.broker_id}"
+        state = self._states[tp]
+        if state is ReplicaState.OFFLINE_REPLICA:
+            return None, ErrorCode.KAFKA_STORAGE_ERROR, f"the log of {tp} on broker {self.broker_id} is offline"
+        if state not in _SERVING_STATES:
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{tp} is being deleted from broker {self.broker_id}"
+        return partition, ErrorCode.NONE, ""
+
+    # ================================================================== role changes
+
+    def make_leader(self, tp: TopicPartition, *, leader_epoch: int, partition_epoch: int,
+                    replicas: Iterable[int], isr: Iterable[int], now_ms: int) -> bool:
+        """:meth:`Partition.make_leader` on a hosted replica, then answers what that settles."""
+        self._now_ms = now_ms
+        partition = self._require(tp)
+        became = partition.make_leader(leader_epoch=leader_epoch, partition_epoch=partition_epoch,
+                                       replicas=replicas, isr=isr, now_ms=now_ms)
+        self._complete_waiting(tp)
+        return became
+
+    def make_follower(self, tp: TopicPartition, *, leader_id: int, leader_epoch: int, partition_epoch: int,
+                      replicas: Iterable[int]) -> bool:
+        """:meth:`Partition.make_follower`; waiting produces answer NOT_LEADER_OR_FOLLOWER."""
+        partition = self._require(tp)
+        restart = partition.make_follower(leader_id=leader_id, leader_epoch=leader_epoch,
+                                          partition_epoch=partition_epoch, replicas=replicas)
+        self._complete_waiting(tp)
+        return restart
+
+    def _require(self, tp: TopicPartition) -> partition_mod.Partition:
+        partition = self._partitions.get(tp)
+        if partition is None:
+            raise InvariantViolation(f"broker={self.broker_id} partition {tp} is not hosted here")
+        return partition
+
+    # ================================================================== produce
+
+    def append_records(self, entries: Mapping[TopicPartition, bytes | bytearray | memoryview], *,
+                       required_acks: int, timeout_ms: int, now_ms: int) -> ProduceOutcome:
+        """Append each partition's batches as leader; acks=all waits in the purgatory.
+
+        acks=0 and acks=1 answer at once (the server sends nothing for acks=0).
+        acks=-1 answers once every appended partition's high watermark passes its
+        last offset, or after ``timeout_ms`` (REQUEST_TIMED_OUT).
+        """
+        self._now_ms = now_ms
+        if required_acks not in VALID_ACKS:
+            return ProduceOutcome(responses={tp: purgatory.ProducePartitionResponse(
+                error=ErrorCode.INVALID_REQUIRED_ACKS,
+                error_message=f"acks must be -1, 0 or 1, got {required_acks}") for tp in entries})
+        responses: dict[TopicPartition, purgatory.ProducePartitionResponse] = {}
+        required: dict[TopicPartition, int] = {}
+        for tp, batches in entries.items():
+            partition, error, message = self._serving_partition(tp)
+            if partition is None:
+                responses[tp] = purgatory.ProducePartitionResponse(error=error, error_message=message)
+                continue
+            result = partition.append_records_to_leader(batches, required_acks=required_acks, now_ms=now_ms)
+            if result.error is not ErrorCode.NONE or result.info is None:
+                responses[tp] = purgatory.ProducePartitionResponse(
+                    error=result.error, error_message=result.error_message, leader_id=partition.leader_id,
+                    leader_epoch=partition.leader_epoch)
+                continue
+            info = result.info
+            responses[tp] = purgatory.ProducePartitionResponse(
+                error=ErrorCode.NONE, base_offset=info.first_offset, log_append_time_ms=info.log_append_time_ms,
+                log_start_offset=info.log_start_offset)
+            required[tp] = info.last_offset + 1
+            # New data for followers (and, if the HW moved, consumers and produces) waiting on it.
+            self._complete_waiting(tp)
+        if required_acks != -1 or not required:
+            return ProduceOutcome(responses=responses)
+        op = purgatory.DelayedProduce(
+            op_id=self._new_op_id(), deadline_ms=now_ms + max(0, timeout_ms),
+            statuses={tp: purgatory.ProducePartitionStatus(required_offset=required.get(tp, -1), response=resp)
+                      for tp, resp in responses.items()})
+        if self._produce_purgatory.try_complete_else_watch(op):
+            return ProduceOutcome(responses=op.responses())
+        return ProduceOutcome(responses=responses, delayed_op_id=op.op_id)
+
+    def _check_enough_replicas(self, tp: TopicPartition, required_offset: int) -> tuple[bool, ErrorCode]:
+        partition, error, _message = self._serving_partition(tp)
+        if partition is None:
+            return False, error
+        return partition.check_enough_replicas_reach_offset(required_offset)
+
+    # ================================================================== fetch
+
+    def fetch_messages(self, params: purgatory.FetchParams,
+                       partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest], *,
+                       now_ms: int) -> FetchOutcome:
+        """Read each partition; answer now or wait in the purgatory (Kafka's fetchMessages).
+
+        Answers at once when ``max_wait_ms`` <= 0, nothing was asked, ``min_bytes``
+        were read, any partition has an error or a diverging epoch; otherwise the
+        fetch waits for ``min_bytes`` or ``max_wait_ms`` and then reads again.
+        """
+        self._now_ms = now_ms
+        responses, metadata = self._read(params, partitions, now_ms=now_ms, update_fetch_state=True)
+        readable = sum(len(r.records) for r in responses.values())
+        answer_now = (params.max_wait_ms <= 0 or not partitions or readable >= params.min_bytes
+                      or any(r.error is not ErrorCode.NONE or r.diverging_epoch is not None
+                             for r in responses.values()))
+        if answer_now:
+            return FetchOutcome(responses=responses)
+        op = purgatory.DelayedFetch(
+            op_id=self._new_op_id(), deadline_ms=now_ms + params.max_wait_ms, params=params,
+            partitions={tp: purgatory.FetchPartitionStatus(fetch_offset_metadata=metadata[tp], request=request)
+                        for tp, request in partitions.items()})
+        if self._fetch_purgatory.try_complete_else_watch(op):
+            return FetchOutcome(responses=self._read(params, partitions, now_ms=now_ms,
+                                                     update_fetch_state=False)[0])
+        return FetchOutcome(responses=None, delayed_op_id=op.op_id)
+
+    def _read(self, params: purgatory.FetchParams,
+              partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest], *, now_ms: int,
+              update_fetch_state: bool) -> tuple[dict[TopicPartition, FetchPartitionResponse],
+                                                 dict[TopicPartition, storage_log.LogOffsetMetadata]]:
+        # Kafka's readFromLog: partitions share max_bytes in request order; only the
+        # first partition with data may exceed its bound (one whole batch), so a
+        # consumer always progresses.
+        responses: dict[TopicPartition, FetchPartitionResponse] = {}
+        metadata: dict[TopicPartition, storage_log.LogOffsetMetadata] = {}
+        remaining = max(0, params.max_bytes)
+        min_one_message = True
+        isolation = params.fetch_isolation
+        for tp, request in partitions.items():
+            partition, error, message = self._serving_partition(tp)
+            if partition is None:
+                responses[tp] = FetchPartitionResponse(error=error, error_message=message)
+                continue
+            hw_before = partition.high_watermark
+            result = partition.read_records(
+                fetch_offset=request.fetch_offset, max_bytes=max(0, min(request.partition_max_bytes, remaining)),
+                isolation=isolation, now_ms=now_ms, replica_id=params.replica_id,
+                current_leader_epoch=request.current_leader_epoch, last_fetched_epoch=request.last_fetched_epoch,
+                follower_log_start_offset=request.log_start_offset, min_one_message=min_one_message,
+                update_fetch_state=update_fetch_state)
+            responses[tp] = FetchPartitionResponse(
+                error=result.error, high_watermark=result.high_watermark,
+                last_stable_offset=result.last_stable_offset, log_start_offset=result.log_start_offset,
+                records=result.records, diverging_epoch=result.diverging_epoch, leader_id=result.leader_id,
+                leader_epoch=result.leader_epoch, error_message=result.error_message)
+            if result.fetch_offset_metadata is not None:
+                metadata[tp] = result.fetch_offset_metadata
+            if result.records:
+                min_one_message = False
+                remaining = max(0, remaining - len(result.records))
+            if update_fetch_state and partition.high_watermark != hw_before:
+                # A follower's progress may settle waiting produces and consumer fetches.
+                self._complete_waiting(tp)
+        return responses, metadata
+
+    def _fetch_bytes_available(self, tp: TopicPartition, status: purgatory.FetchPartitionStatus,
+                               params: purgatory.FetchParams) -> int | None:
+        partition, _error, _message = self._serving_partition(tp)
+        if partition is None:
+            return None
+        return partition.bytes_available(
+            fetch_offset_metadata=status.fetch_offset_metadata, isolation=params.fetch_isolation,
+            current_leader_epoch=status.request.current_leader_epoch,
+            last_fetched_epoch=status.request.last_fetched_epoch)
+
+    # ================================================================== completion plumbing
+
+    def _new_op_id(self) -> int:
+        op_id = self._next_op_id
+        self._next_op_id += 1
+        return op_id
+
+    def _complete_waiting(self, tp: TopicPartition) -> None:
+        for produce in self._produce_purgatory.check_and_complete(tp):
+            self._completed_produces.append(CompletedProduce(op_id=produce.op_id, responses=produce.responses()))
+        for fetch in self._fetch_purgatory.check_and_complete(tp):
+            self._answer_fetch(fetch)
+
+    def _answer_fetch(self, fetch: purgatory.DelayedFetch) -> None:
+        # Kafka's DelayedFetch.onComplete: read again, without counting it as
+        # the follower's progress a second time.
+        responses, _ = self._read(fetch.params, fetch.requests(), now_ms=self._now_ms,
+                                  update_fetch_state=False)
+        self._completed_fetches.append(CompletedFetch(op_id=fetch.op_id, responses=responses))
+
+    def take_completed(self) -> Completed:
+        """Delayed requests answerable now, each exactly once, oldest first."""
+        done = Completed(produces=tuple(self._completed_produces), fetches=tuple(self._completed_fetches))
+        self._completed_produces.clear()
+        self._completed_fetches.clear()
+        return done
+
+    @property
+    def waiting_produces(self) -> int:
+        return len(self._produce_purgatory)
+
+    @property
+    def waiting_fetches(self) -> int:
+        return len(self._fetch_purgatory)
+
+    def next_deadline_ms(self) -> int | None:
+        """When :meth:`poll` must run next at the latest to expire a waiting request."""
+        deadlines = [d for d in (self._produce_purgatory.next_deadline_ms(),
+                                 self._fetch_purgatory.next_deadline_ms()) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def poll(self, now_ms: int) -> None:
+        """Expire waiting requests and shrink ISRs of lagging followers (the server calls it
+        at least every ``replica.lag.time.max.ms / 2``, as Kafka's isr-expiration task runs)."""
+        self._now_ms = now_ms
+        for produce in self._produce_purgatory.expire(now_ms):
+            self._completed_produces.append(CompletedProduce(op_id=produce.op_id, responses=produce.responses()))
+        for fetch in self._fetch_purgatory.expire(now_ms):
+            self._answer_fetch(fetch)
+        for tp, partition in self._partitions.items():
+            if self._states[tp] in _SERVING_STATES and partition.is_leader:
+                partition.maybe_shrink_isr(now_ms)
+                # A follower outside the ISR that was caught up holds the HW back only
+                # for replica.lag.time.max.ms; time passing alone may release it.
+                if partition.maybe_increment_high_watermark(now_ms):
+                    self._complete_waiting(tp)
+
+    # ================================================================== AlterPartition
+
+    def take_alter_partition_requests(self) -> list[partition_mod.AlterPartitionRequest]:
+        """ISR proposals to send to the controller now (one in flight per partition)."""
+        requests: list[partition_mod.AlterPartitionRequest] = []
+        for partition in self._partitions.values():
+            request = partition.take_alter_partition_request()
+            if request is not None:
+                requests.append(request)
+        return requests
+
+    def handle_alter_partition_response(self, request: partition_mod.AlterPartitionRequest, *, error: ErrorCode,
+                                        result: partition_mod.LeaderAndIsr | None,
+                                        now_ms: int) -> partition_mod.AlterPartitionOutcome:
+        self._now_ms = now_ms
+        tp = TopicPartition(topic=request.topic, partition=request.partition_index)
+        partition = self._partitions.get(tp)
+        if partition is None or partition.topic_id != request.topic_id:
+            return partition_mod.AlterPartitionOutcome()
+        outcome = partition.handle_alter_partition_response(request, error=error, result=result, now_ms=now_ms)
+        self._complete_waiting(tp)
+        return outcome
+
+    # ================================================================== checkpoints
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        """``replication-offset-checkpoint`` contents: the high watermark of every serving replica."""
+        return {tp: p.high_watermark for tp, p in sorted(self._partitions.items())
+                if self._states[tp] in _SERVING_STATES}

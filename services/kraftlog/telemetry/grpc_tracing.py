@@ -1,0 +1,135 @@
+"""Trace-context propagation across grpc.aio calls: one client and one server interceptor.
+
+Owns the W3C ``traceparent`` hop: the client interceptor, when the calling task has a
+recording or remote span current, opens a CLIENT span named after the RPC
+(``kraftlog.v1.RaftService/Vote``) and injects its context into the call's metadata;
+the server interceptor, when a call carries that metadata, runs the handler inside a
+SERVER span that continues the caller's trace, so whatever the handler starts (the
+voter's ``raft.vote`` span) joins it.
+
+Untraced calls pass through untouched and create no span: the raft Fetch long-poll
+runs several times a second, and a root span per fetch would bury the elections in
+noise. That is also why this module, not opentelemetry-instrumentation-grpc (which
+starts a root span for every call), carries the raft hop.
+
+Used by :mod:`kraftlog.raft.transport` (server creation and the peer channels) when
+tracing is on. Must not import any raft module: it knows RPCs, not protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+_RPC_SYSTEM = "grpc"
+_TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+
+
+def _split_method(method: str) -> tuple[str, str]:
+    service, _, name = method.lstrip("/").partition("/")
+    return service, name
+
+
+def _rpc_attributes(method: str) -> dict[str, str]:
+    service, name = _split_method(method)
+    return {"rpc.system": _RPC_SYSTEM, "rpc.service": service, "rpc.method": name}
+
+
+def _span_name(method: str) -> str:
+    return method.lstrip("/")
+
+
+class ClientInterceptor(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Opens a CLIENT span for a traced unary call and propagates its context."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+
+    async def intercept_unary_unary(self, continuation: Callable[[Any, Any], Awaitable[Any]],
+                                    client_call_details: Any, request: Any) -> Any:
+        if not trace.get_current_span().get_span_context().is_valid:
+            return await continuation(client_call_details, request)
+        method = client_call_details.method
+        method = method.decode() if isinstance(method, bytes) else str(method)
+        with self._tracer.start_as_current_span(
+                _span_name(method), kind=SpanKind.CLIENT, attributes=_rpc_attributes(method),
+                record_exception=False, set_status_on_exception=False) as span:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            metadata = grpc.aio.Metadata(*(client_call_details.metadata or ()))
+            for key, value in carrier.items():
+                metadata.add(key, value)
+            details = grpc.aio.ClientCallDetails(
+                client_call_details.method, client_call_details.timeout, metadata,
+                client_call_details.credentials, client_call_details.wait_for_ready)
+            call = await continuation(details, request)
+            # Await here so the span covers the whole call; the caller's own await of the
+            # returned call then yields the same (cached) outcome.
+            try:
+                await call
+            except grpc.aio.AioRpcError as exc:
+                span.set_attribute("rpc.grpc.status_code", exc.code().value[0])
+                span.set_status(Status(StatusCode.ERROR, exc.code().name))
+                return call
+            span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.OK.value[0])
+            return call
+
+
+class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Runs a unary handler inside a SERVER span when the caller sent trace context."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self._tracer = tracer
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
+                                handler_call_details: Any) -> Any:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        metadata = handler_call_details.invocation_metadata or ()
+        carrier = {key: value for key, value in metadata if key in _TRACE_HEADERS}
+        if "traceparent" not in carrier:
+            return handler
+        parent = propagate.extract(carrier)
+        method: str = handler_call_details.method
+        behaviour = handler.unary_unary
+        tracer = self._tracer
+
+        async def traced(request: Any, context: Any) -> Any:
+            # Attach the caller's whole context first: start_as_current_span would make the
+            # span current on top of *our* context and drop the caller's baggage.
+            token = otel_context.attach(parent)
+            try:
+                with tracer.start_as_current_span(
+                        _span_name(method), kind=SpanKind.SERVER,
+                        attributes=_rpc_attributes(method)) as span:
+                    try:
+                        return await behaviour(request, context)
+                    except Exception:
+                        # context.abort() raises too; its status code is on the context.
+                        code = context.code() if hasattr(context, "code") else None
+                        if code is not None:
+                            span.set_attribute("rpc.grpc.status_code", code.value[0])
+                        raise
+            finally:
+                otel_context.detach(token)
+
+        return grpc.unary_unary_rpc_method_handler(
+            traced, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer)
+
+
+def client_interceptors(tracer: trace.Tracer) -> Sequence[Any]:
+    """Interceptors for ``grpc.aio.insecure_channel(..., interceptors=...)``."""
+    return [ClientInterceptor(tracer)]
+
+
+def server_interceptors(tracer: trace.Tracer) -> Sequence[Any]:
+    """Interceptors for ``grpc.aio.server(interceptors=...)``."""
+    return [ServerInterceptor(tracer)]

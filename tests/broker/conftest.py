@@ -1,0 +1,16 @@
+"""Make the shared replica harness importable as ``broker_harness`` (pytest runs with
+``--import-mode=importlib``, so siblings are not on sys.path)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+if "broker_harness" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(
+        "broker_harness", pathlib.Path(__file__).with_name("harness.py"))
+    assert _spec is not None and _spec.loader is not None
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules["broker_harness"] = _module
+    _spec.loader.exec_module(_module)

@@ -1,0 +1,136 @@
+"""Three (or more) ``kraftlog controller`` processes on loopback, for multi-process tests.
+
+Imported as ``quorum_cluster`` (tests/conftest.py registers it; pytest runs with
+``--import-mode=importlib``). Every wait is bounded; callers kill every child in a
+``finally`` (:meth:`Cluster.kill_all`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from kraftlog.raft import transport
+from kraftlog.v1 import raft_pb2
+
+T = TypeVar("T")
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
+NODES = (1, 2, 3)
+TIMEOUTS = {
+    "controller.quorum.election.timeout.ms": 300,
+    "controller.quorum.fetch.timeout.ms": 600,
+    "controller.quorum.election.backoff.max.ms": 300,
+    "controller.quorum.request.timeout.ms": 500,
+    "controller.quorum.retry.backoff.ms": 50,
+    "controller.quorum.fetch.max.wait.ms": 200,
+}
+FAILOVER_BOUND_S = 5.0
+
+
+def kraftlog(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kraftlog", *args], capture_output=True,
+                          text=True, timeout=timeout_s, check=False)
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class Cluster:
+    def __init__(self, root: pathlib.Path, extra: Mapping[str, object] | None = None) -> None:
+        self.root = root
+        self.ports = dict(zip(NODES, free_ports(len(NODES)), strict=True))
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
+        for i in NODES:
+            data = self.data_dir(i)
+            done = kraftlog("storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(i),
+                            "--data-dir", str(data))
+            assert done.returncode == 0, done.stderr
+            lines = [f"node.id={i}", "process.roles=controller",
+                     f"controller.quorum.voters={voters}",
+                     f"listeners=CONTROLLER://127.0.0.1:{self.ports[i]}",
+                     f"metadata.log.dir={data}"]
+            lines += [f"{k}={v}" for k, v in {**TIMEOUTS, **(extra or {})}.items()]
+            self.config(i).write_text("\n".join(lines) + "\n")
+
+    def data_dir(self, node: int) -> pathlib.Path:
+        return self.root / f"node-{node}"
+
+    def config(self, node: int) -> pathlib.Path:
+        return self.root / f"node-{node}.properties"
+
+    def start(self, node: int) -> None:
+        log = (self.root / f"node-{node}.log").open("ab")
+        self.procs[node] = subprocess.Popen(
+            [sys.executable, "-m", "kraftlog", "controller", "--config", str(self.config(node))],
+            stdout=log, stderr=log, start_new_session=True)
+        log.close()
+
+    def kill(self, node: int) -> None:
+        proc = self.procs.pop(node)
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def kill_all(self) -> None:
+        for node in list(self.procs):
+            self.kill(node)
+
+    def describe(self, node: int) -> raft_pb2.DescribeQuorumResponse | None:
+        try:
+            return asyncio.run(transport.describe_quorum(f"127.0.0.1:{self.ports[node]}",
+                                                         timeout_s=1.0))
+        except grpc.aio.AioRpcError:
+            return None
+
+    def health(self, node: int, service: str = "") -> int:
+        with grpc.insecure_channel(f"127.0.0.1:{self.ports[node]}") as channel:
+            answer = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=1.0)
+            status: int = answer.status
+            return status
+
+    def leader_view(self) -> raft_pb2.DescribeQuorumResponse | None:
+        """The DescribeQuorum answer of the live node that says it leads, if exactly one does."""
+        answers = [self.describe(node) for node in self.procs]
+        leaders = [a for a in answers if a is not None and a.error.code == 0]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def logs(self) -> str:
+        return "\n".join(f"--- node {i}\n" + (self.root / f"node-{i}.log").read_text()[-3000:]
+                         for i in NODES if (self.root / f"node-{i}.log").exists())
+
+
+def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
+             cluster: Cluster | None = None) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n"
+                                 + (cluster.logs() if cluster else ""))
+        time.sleep(0.05)
+
+
+def end_offsets(view: raft_pb2.DescribeQuorumResponse) -> dict[int, int]:
+    return {r.replica_id: r.log_end_offset for r in view.current_voters}
+
+
