@@ -247,13 +247,16 @@ class ControllerHost:
         return controller if controller is not None and controller.active else None
 
     async def _fence_stale_brokers(self) -> None:
-        if (controller := self._active()) is not None:
+        # One broker per operation (each one's records are generated from state that
+        # already holds the previous one's), so loop until nobody is left to fence.
+        while (controller := self._active()) is not None:
             fenced = await controller.write(
                 "FenceStaleBrokers",
                 lambda s, _o, now_ms: s.maybe_fence_stale_brokers(now_ms))
-            if fenced:
-                logger.info("node=%s epoch=%s event=brokers_fenced brokers=%s", self.node_id,
-                            controller.epoch, list(fenced))
+            if not fenced:
+                return
+            logger.info("node=%s epoch=%s event=brokers_fenced brokers=%s", self.node_id,
+                        controller.epoch, list(fenced))
 
     async def _no_op(self) -> None:
         if (controller := self._active()) is not None:
