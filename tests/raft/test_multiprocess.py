@@ -2,10 +2,10 @@
 re-elect, restart the dead node and catch up; SIGTERM resigns and exits 0; and the refusals
 (unformatted dir, another node's dir, corrupt or lost quorum-state) exit 1 with one clear line.
 
-There is no RPC to propose records yet, so commits are observed through what every epoch
-commits by itself: the leader's LeaderChange control record, seen as the high watermark and
-the voters' log end offsets in DescribeQuorum. Every wait is bounded; every child is killed in
-a ``finally``.
+Commits are observed at the raft layer: the high watermark and the voters' log end offsets
+in DescribeQuorum (every epoch commits its LeaderChange record; the controller adds its
+bootstrap and NoOp records). tests/controller/test_multiprocess.py drives the same processes
+through ControllerService. Every wait is bounded; every child is killed in a ``finally``.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from typing import Any
 
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from kraftlog import config as kconfig
 from kraftlog import errors
@@ -240,6 +241,10 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
     server: Any = transport.create_server(servicer, interceptors=(
         grpc_tracing.server_interceptors(tracer.tracer) if tracer.enabled else ()))
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    # Server reflection, so grpcurl and friends can list and call the services.
+    reflection.enable_server_reflection(
+        (RAFT_SERVICE_NAME, "kraftlog.v1.ControllerService", health_pb2.DESCRIPTOR.services_by_name[
+            "Health"].full_name, reflection.SERVICE_NAME), server)
     try:
         server.add_insecure_port(listen)
     except RuntimeError as exc:
