@@ -17,6 +17,7 @@ three ways:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import os
@@ -27,11 +28,15 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import grpc
 import kubernetes_validate
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from quorum_cluster import free_ports, wait_for
 
 from kraftlog import config
+from kraftlog.raft import transport
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "kraftlog"
@@ -508,3 +513,125 @@ def test_controller_pod_config_is_accepted_by_the_controller_command(tmp_path: p
     assert not set(cfg.unused()) - {"advertised.listeners", "listener.security.protocol.map",
                                     "default.replication.factor", "min.insync.replicas",
                                     "num.partitions"}, cfg.unused()
+
+
+# --- local StatefulSet simulation ---------------------------------------------------------
+
+
+def _probe_service(probe: Mapping[str, Any]) -> str:
+    return str(probe["grpc"].get("service", ""))
+
+
+def test_rendered_controller_pods_run_as_local_processes_and_survive_a_pod_deletion(
+        tmp_path: pathlib.Path) -> None:
+    """Issue 9 §5: the controller StatefulSet's pods, run as local processes.
+
+    Each pod's init containers and main container run with the rendered command, args
+    and env; its volumes are temp dirs and the pods' headless-DNS names map to loopback
+    ports. The quorum must form, every pod's readiness and liveness probes (the gRPC
+    health services they name) must answer SERVING, and deleting the leader's pod (kill
+    -9, then start again on the same volume, init containers included) must elect a new
+    leader and bring the pod back in sync.
+    """
+    docs = render()
+    sts = find(docs, "StatefulSet", f"{RELEASE}-controller")
+    replicas = int(sts["spec"]["replicas"])
+    pod = sts["spec"]["template"]["spec"]
+    main = container(pod, "controller")
+    port_of = dict(enumerate(free_ports(replicas)))
+    dns = {i: f"{RELEASE}-controller-{i}.{RELEASE}-controller-headless.{NAMESPACE}"
+              f".svc.cluster.local:9093" for i in range(replicas)}
+    cluster_id = _secret_cluster_id(docs)
+    template = find(docs, "ConfigMap", f"{RELEASE}-config")["data"]
+    env = {**_kraftlog_on_path(tmp_path), "KRAFTLOG_CLUSTER_ID": cluster_id}
+    literal_env = {e["name"]: e["value"] for e in main.get("env", []) if "value" in e}
+    literal_env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)  # no collector here
+    data_path = main["volumeMounts"][0]["mountPath"]
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start_pod(i: int) -> None:
+        root = tmp_path / f"pod-{i}"
+        (root / "template").mkdir(parents=True, exist_ok=True)
+        (root / "etc").mkdir(exist_ok=True)
+        for key, text in template.items():
+            (root / "template" / key).write_text(text)
+        remap = {"/etc/kraftlog/template": root / "template", "/etc/kraftlog": root / "etc",
+                 data_path: root / "data"}
+        for init in pod["initContainers"]:
+            done = _run_init(init["args"][0], pod_name=f"{RELEASE}-controller-{i}", env=env,
+                             remap=remap)
+            assert done.returncode == 0, f"{init['name']}: {done.stderr}"
+        props = (root / "etc" / "server.properties").read_text()
+        for j, name in dns.items():  # the cluster DNS, as loopback
+            props = props.replace(name, f"127.0.0.1:{port_of[j]}")
+        props = props.replace(data_path, str(root / "data"))
+        props = "\n".join(
+            f"listeners=CONTROLLER://127.0.0.1:{port_of[i]}" if line.startswith("listeners=")
+            else line for line in props.splitlines()) + "\n"
+        (root / "etc" / "server.properties").write_text(props)
+        args = [a.replace("/etc/kraftlog", str(root / "etc")) for a in main["args"]]
+        with (root / "pod.log").open("ab") as log:
+            procs[i] = subprocess.Popen(
+                [*main["command"], *args],
+                env={**env, **literal_env, "HOSTNAME": f"{RELEASE}-controller-{i}",
+                     "POD_NAME": f"{RELEASE}-controller-{i}", "POD_NAMESPACE": NAMESPACE},
+                stdout=log, stderr=log, start_new_session=True)
+
+    def health(i: int, service: str) -> int:
+        with grpc.insecure_channel(f"127.0.0.1:{port_of[i]}") as channel:
+            try:
+                answer = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=1.0)
+            except grpc.RpcError:
+                return -1
+            status: int = answer.status
+            return status
+
+    def leader() -> tuple[int, int, int] | None:
+        """(leader ordinal, epoch, high watermark) when every live pod agrees."""
+        seen = set()
+        for i in procs:
+            try:
+                view = asyncio.run(transport.describe_quorum(f"127.0.0.1:{port_of[i]}",
+                                                             timeout_s=1.0))
+            except grpc.RpcError:
+                return None
+            if view.error.code != 0:  # a follower's answer: the leader's id as hint
+                continue
+            seen.add((view.leader_id, view.leader_epoch, view.high_watermark))
+        return next(iter(seen)) if len(seen) == 1 else None
+
+    def logs() -> str:
+        return "\n".join((tmp_path / f"pod-{i}" / "pod.log").read_text()[-2000:]
+                         for i in range(replicas) if (tmp_path / f"pod-{i}" / "pod.log").exists())
+
+    serving = health_pb2.HealthCheckResponse.SERVING
+    probes = {_probe_service(main["readinessProbe"]), _probe_service(main["livenessProbe"])}
+    try:
+        for i in range(replicas):
+            start_pod(i)
+        first = wait_for(leader, timeout_s=30, what="the pods' quorum")
+        wait_for(lambda: all(health(i, s) == serving for i in procs for s in probes) or None,
+                 timeout_s=10, what=f"every pod SERVING on the probes' services {probes}")
+
+        # kubectl delete pod <leader>: the process dies; the StatefulSet recreates it.
+        victim = first[0]
+        procs.pop(victim).kill()
+        second = wait_for(lambda: ((v := leader()) and v[1] > first[1] and v) or None,
+                          timeout_s=30, what="a new leader after deleting the leader's pod")
+        assert second[0] != victim
+        start_pod(victim)
+
+        def back_in_sync() -> bool | None:
+            view = asyncio.run(transport.describe_quorum(
+                f"127.0.0.1:{port_of[second[0]]}", timeout_s=1.0))
+            ends = {r.replica_id: r.log_end_offset for r in view.current_voters}
+            return True if ends.get(victim, -1) >= view.high_watermark - 5 else None
+        wait_for(back_in_sync, timeout_s=30, what="the recreated pod catching up")
+        assert health(victim, _probe_service(main["livenessProbe"])) == serving
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{logs()}") from None
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait(timeout=10)
