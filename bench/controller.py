@@ -33,35 +33,21 @@ import grpc
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import quorum_dirs  # noqa: E402
 from anchors import etcd  # noqa: E402
 
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc  # noqa: E402
 
-CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
-NODES = (1, 2, 3)
+CLUSTER_ID = quorum_dirs.CLUSTER_ID
+NODES = quorum_dirs.NODES
 BROKERS = (101, 102, 103)
 
 
 class ControllerCluster:
     def __init__(self, root: pathlib.Path, settings: dict[str, Any]) -> None:
         self.root = root
-        self.ports = dict(zip(NODES, etcd.free_ports(len(NODES)), strict=True))
+        self.ports = quorum_dirs.format_quorum(root, settings)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
-        for i in NODES:
-            data = root / f"node-{i}"
-            done = subprocess.run([sys.executable, "-m", "kraftlog", "storage", "format",
-                                   "--cluster-id", CLUSTER_ID, "--node-id", str(i),
-                                   "--data-dir", str(data)], capture_output=True, text=True,
-                                  check=False)
-            if done.returncode != 0:
-                raise SystemExit(f"storage format failed: {done.stderr}")
-            lines = [f"node.id={i}", "process.roles=controller",
-                     f"controller.quorum.voters={voters}",
-                     f"listeners=CONTROLLER://127.0.0.1:{self.ports[i]}",
-                     f"metadata.log.dir={data}"]
-            lines += [f"{k}={v}" for k, v in settings.items()]
-            (root / f"node-{i}.properties").write_text("\n".join(lines) + "\n")
         self.channels: dict[int, Any] = {}
 
     def start(self, i: int) -> None:

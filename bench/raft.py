@@ -28,7 +28,6 @@ import json
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,10 +36,11 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import quorum_dirs  # noqa: E402
 from anchors import etcd  # noqa: E402
 
-CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
-NODES = (1, 2, 3)
+CLUSTER_ID = quorum_dirs.CLUSTER_ID
+NODES = quorum_dirs.NODES
 
 
 class RaftCluster:
@@ -49,26 +49,11 @@ class RaftCluster:
     def __init__(self, root: pathlib.Path, settings: dict[str, Any]) -> None:
         self.root = root
         self.settings = settings
-        self.ports = dict(zip(NODES, etcd.free_ports(len(NODES)), strict=True))
+        self.ports = quorum_dirs.format_quorum(root, settings)
         self.procs: dict[int, asyncio.subprocess.Process] = {}
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._answers: dict[int, asyncio.Queue[dict[str, Any]]] = {}
         self._readers: dict[int, asyncio.Task[None]] = {}
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
-        for i in NODES:
-            data = root / f"node-{i}"
-            done = subprocess.run([sys.executable, "-m", "kraftlog", "storage", "format",
-                                   "--cluster-id", CLUSTER_ID, "--node-id", str(i),
-                                   "--data-dir", str(data)], capture_output=True, text=True,
-                                  check=False)
-            if done.returncode != 0:
-                raise SystemExit(f"storage format failed: {done.stderr}")
-            lines = [f"node.id={i}", "process.roles=controller",
-                     f"controller.quorum.voters={voters}",
-                     f"listeners=CONTROLLER://127.0.0.1:{self.ports[i]}",
-                     f"metadata.log.dir={data}"]
-            lines += [f"{k}={v}" for k, v in settings.items()]
-            (root / f"node-{i}.properties").write_text("\n".join(lines) + "\n")
 
     async def start(self, i: int) -> None:
         log = (self.root / f"node-{i}.log").open("ab")
