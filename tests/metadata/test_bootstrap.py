@@ -42,5 +42,5 @@ def test_a_damaged_file_is_an_error_naming_it(tmp_path: pathlib.Path, damage: st
     else:
         data = bytearray(b"not a checkpoint at all")
     path.write_bytes(bytes(data))
-    with pytest.raises(errors.CorruptFileError, match="bootstrap.checkpoint"):
+    with pytest.raises(errors.CorruptFileError, match=r"bootstrap\.checkpoint"):
         bootstrap.read_bootstrap(tmp_path, decode=decode)

@@ -139,6 +139,9 @@ class SimNode:
             config=self.cluster.config, log=self.log, store=self.store, rng=self.rng,
             listener=self.listener, sink=SimSink(self.cluster, self), now_ms=now_ms,
             on_event=self.events.append)
+        # As the asyncio driver runs it: the leader's fsync comes after its Fetch answers
+        # left, as a separate event a crash can fall before.
+        self.client.defer_leader_flush = True
         self.max_hw = self.log.high_watermark
 
     def crash(self) -> None:
@@ -242,6 +245,14 @@ class Cluster:
         wakeup = node.client.poll(self.now_ms)
         node.wakeup_generation += 1
         generation = node.wakeup_generation
+        if node.client.needs_leader_flush():
+            incarnation = node.incarnation
+
+            def flush() -> None:
+                if node.client is not None and node.incarnation == incarnation \
+                        and node.client.flush_leader_log(self.now_ms):
+                    self._poll(node)
+            self.schedule(self.now_ms + self.rng.randint(0, 2), flush, f"flush {node.node_id}")
 
         def wake() -> None:
             if node.wakeup_generation == generation and node.client is not None:

@@ -520,3 +520,33 @@ def test_dump_of_a_missing_file_continues_with_the_others(
     code, out, _ = run(capsys, "log", "dump", str(tmp_path / "nope.log"), str(path))
     assert code == 1
     assert f"Error: {tmp_path / 'nope.log'}: no such file" in out and "baseOffset: 0" in out
+
+
+def test_format_writes_the_bootstrap_checkpoint_the_controller_reads(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kraftlog.metadata import bootstrap, record_convert
+    from kraftlog.metadata import records as r
+
+    code, _, err = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1",
+                       "--data-dir", str(tmp_path / "d"), "--feature", "metadata.version=1")
+    assert code == 0, err
+    records = bootstrap.read_bootstrap(
+        tmp_path / "d", decode=lambda v, o: record_convert.decode(v, offset=o))
+    assert records == (r.FeatureLevelRecord(name="metadata.version", feature_level=1),)
+    code, out, _ = run(capsys, "log", "dump", str(tmp_path / "d" / "bootstrap.checkpoint"),
+                       "--print-data-log")
+    assert code == 0 and '"featureLevelRecord"' in out
+
+
+@pytest.mark.parametrize(("feature", "reason"), [
+    ("metadata.version=9", "supports metadata.version levels 1..1"),
+    ("metadata.version", "expected NAME=LEVEL"),
+    ("group.version=1", "unknown feature 'group.version'"),
+])
+def test_format_refuses_features_this_release_cannot_run(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], feature: str,
+        reason: str) -> None:
+    code, out, err = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "1",
+                         "--data-dir", str(tmp_path / "d"), "--feature", feature)
+    assert code == 1 and out == "" and reason in err, err
+    assert not (tmp_path / "d").exists()

@@ -96,14 +96,18 @@ class LogMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rules
 
-    @rule(specs=batch_specs, epoch_step=st.integers(0, 1), now_ms=st.integers(0, 20_000))
-    def append_as_leader(self, specs: list[BatchSpec], epoch_step: int, now_ms: int) -> None:
+    @rule(specs=batch_specs, epoch_step=st.integers(0, 1), now_ms=st.integers(0, 20_000),
+          writable=st.booleans())
+    def append_as_leader(self, specs: list[BatchSpec], epoch_step: int, now_ms: int,
+                         writable: bool = False) -> None:
         self.epoch += epoch_step
         expected = self._add(specs, self.epoch)
-        # The leader gets the batches with offset 0 and no epoch: it stamps both.
+        # The leader gets the batches with offset 0 and no epoch: it stamps both,
+        # in place (bytearray) or as stamped pieces written with pwritev (bytes).
         raw = b"".join(encode(spec, base_offset=0, epoch=-1)[0] for spec in specs)
         first = self.log.log_end_offset
-        info = self.log.append_as_leader(raw, leader_epoch=self.epoch, now_ms=now_ms)
+        info = self.log.append_as_leader(bytearray(raw) if writable else raw, leader_epoch=self.epoch,
+                                         now_ms=now_ms)
         assert info.first_offset == first and info.last_offset == self.log_end_offset - 1
         assert info.batch_count == len(specs)
         # One append lands whole at the end of the active segment.

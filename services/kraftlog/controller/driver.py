@@ -20,7 +20,8 @@ Owns the active/standby life of a controller (Kafka's ``QuorumController``, KIP-
   they only enqueue events.
 
 Event-queue time (enqueue -> start) and processing time are measured per event kind
-(:attr:`QuorumController.timings`).
+(:attr:`QuorumController.timings`). An optional :class:`RecordObserver` (tracing) sees
+each operation's records before they are replayed, then the commits and reverts.
 
 Edge module (asyncio); the rules live in the managers and the raft core.
 """
@@ -71,6 +72,22 @@ class RaftLike(Protocol):
     async def call(self, fn: Callable[[consensus.RaftClient, int], T]) -> T: ...
 
     def leader_and_epoch(self) -> tuple[int, int]: ...
+
+
+class RecordObserver(Protocol):
+    """Watches what the active controller writes (``telemetry.controller_tracing`` implements
+    it, turning records into spans). Called on the controller task; must not raise or block."""
+
+    def records_appended(self, operation: str, records: Sequence[MetadataRecord], state: Any,
+                         base_offset: int, epoch: int) -> None:
+        """``records`` were proposed at ``base_offset``..; ``state`` is not yet replayed."""
+        ...
+
+    def committed(self, offset: int) -> None: ...
+
+    def reverted(self, committed_offset: int) -> None:
+        """Leadership lost: everything appended after ``committed_offset`` is undone."""
+        ...
 
 
 Encode = Callable[[MetadataRecord], bytes]
@@ -200,6 +217,7 @@ class QuorumController:
         endpoint_of: Callable[[int], str] = lambda _node: "",
         on_status: Callable[[ControllerStatus], None] | None = None,
         on_activate: Callable[[Any, int], ControllerResult[Any] | None] | None = None,
+        observer: RecordObserver | None = None,
     ) -> None:
         self.node_id = node_id
         self._state_factory = state_factory
@@ -212,6 +230,7 @@ class QuorumController:
         # Called with (state, now_ms) on becoming active; records it returns are written
         # first (the bootstrap metadata of a new cluster).
         self._on_activate = on_activate
+        self._observer = observer
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.active = False
@@ -383,6 +402,8 @@ class QuorumController:
                 f"{next_offset}..{next_offset + len(values) - 1}, raft assigned up to "
                 f"{last_offset}"
             )
+        if self._observer is not None:
+            self._observer.records_appended(name, records, self.state, next_offset, self.epoch)
         for i, record in enumerate(records):
             self.state.replay(record, next_offset + i)
         self.last_written_offset = last_offset
@@ -431,6 +452,8 @@ class QuorumController:
                 pending = self._pending.popleft()
                 if not pending.future.done():
                     pending.future.set_result(pending.response)
+            if self._observer is not None:
+                self._observer.committed(self.committed_offset)
         self._publish_status()
 
     def _handle_load_snapshot(self, event: _LoadSnapshot) -> None:
@@ -455,8 +478,13 @@ class QuorumController:
     async def _handle_leader_change(self, leader_id: int, epoch: int) -> None:
         self.leader_id, self.epoch = leader_id, epoch
         if leader_id == self.node_id and not self.active:
-            next_offset = await self._raft.call(_leader_next_offset)
-            if next_offset is None:  # leadership already gone again; a new event follows
+            next_offset = await self._raft.call(
+                lambda client, _now_ms: _leader_next_offset(client, epoch)
+            )
+            # Leadership of this epoch already gone (a new event follows). A later epoch
+            # does not count: its event is still queued behind the commits of the epochs
+            # in between, which the state does not hold yet.
+            if next_offset is None:
                 return
             self.active = True
             # Everything before this epoch was delivered to us (raft fires a local leader
@@ -495,6 +523,8 @@ class QuorumController:
             )
         reverted = self.last_written_offset - self.committed_offset
         self.last_written_offset = self.committed_offset
+        if self._observer is not None:
+            self._observer.reverted(self.committed_offset)
         self._fail_pending(why)
         logger.info(
             "node=%s epoch=%s event=controller_renounced reason=%r "
@@ -519,9 +549,9 @@ class QuorumController:
             self._on_status(self.status())
 
 
-def _leader_next_offset(client: consensus.RaftClient, _now_ms: int) -> int | None:
+def _leader_next_offset(client: consensus.RaftClient, epoch: int) -> int | None:
     state = client.quorum.state
-    if not isinstance(state, es.LeaderState):
+    if not isinstance(state, es.LeaderState) or state.epoch != epoch:
         return None
     return state.next_offset
 

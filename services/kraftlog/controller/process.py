@@ -5,8 +5,9 @@ plugs into its raft driver: the raft listener (QuorumController + the MetadataLo
 whose image snapshots are made from), the ControllerService servicer, and the periodic
 jobs of an active controller:
 
-- bootstrap: the first active controller of a new cluster writes ``metadata.version``
-  (Kafka's bootstrap metadata) when the log holds none;
+- bootstrap: the first active controller of a new cluster writes the records of
+  ``bootstrap.checkpoint`` (from ``kraftlog storage format``; ``metadata.version``
+  at its latest level when there is none) when the log holds no ``metadata.version``;
 - fence brokers whose ``broker.session.timeout.ms`` ran out, and move their leaderships;
 - a NoOpRecord every ``metadata.max.idle.interval.ms`` so brokers see the log advance;
 - auto leader rebalance every ``leader.imbalance.check.interval.seconds``;
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import pathlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -33,12 +35,13 @@ from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.controller.feature_control import METADATA_VERSION
 from kraftlog.controller.result import ControllerResult
 from kraftlog.controller.state import ControllerState
+from kraftlog.metadata import bootstrap, record_convert
 from kraftlog.metadata import loader as ld
-from kraftlog.metadata import record_convert
 from kraftlog.metadata import snapshot as msnap
 from kraftlog.raft import consensus
 from kraftlog.raft import driver as raft_driver
 from kraftlog.raft.snapshot import SnapshotReader
+from kraftlog.telemetry import controller_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +167,12 @@ class ControllerHost:
     """Everything a quorum member runs besides raft itself."""
 
     def __init__(self, cfg: kconfig.Config, *, node_id: int, cluster_id: str,
-                 voters: dict[int, str]) -> None:
+                 voters: dict[int, str], metadata_dir: pathlib.Path | None = None) -> None:
         self.node_id = node_id
+        # bootstrap.checkpoint written by `kraftlog storage format`; read now, so a damaged
+        # file stops the process before it starts rather than at its first activation.
+        self.bootstrap_records = (None if metadata_dir is None else bootstrap.read_bootstrap(
+            metadata_dir, decode=_decode))
         self.cluster_id = cluster_id
         self.voters = voters
         self.config = controller_config(cfg, cluster_id)
@@ -179,6 +186,8 @@ class ControllerHost:
         self.controller: driver.QuorumController | None = None
         self.raft: raft_driver.RaftDriver | None = None
         self._jobs: list[asyncio.Task[None]] = []
+        # Spans for elections, ISR changes, fencing and reassignments (None: tracing off).
+        self.record_tracer = controller_tracing.observer(node_id)
 
     def _new_state(self) -> ControllerState:
         return ControllerState(self.config)
@@ -192,7 +201,7 @@ class ControllerHost:
             node_id=self.node_id, state_factory=self._new_state, raft=_RaftProxy(self),
             encode=record_convert.encode, decode=_decode,
             endpoint_of=lambda node: self.voters.get(node, ""),
-            on_activate=self._on_activate)
+            on_activate=self._on_activate, observer=self.record_tracer)
         return self.controller.raft_listener(also=[_CountingLoader(self.loader, self._books)])
 
     def bind(self, raft: raft_driver.RaftDriver, grpc_server: Any) -> None:
@@ -225,6 +234,8 @@ class ControllerHost:
         self._jobs.clear()
         if self.controller is not None:
             await self.controller.stop()
+        if self.record_tracer is not None:
+            self.record_tracer.close()
 
     async def wait(self) -> None:
         if self.controller is not None:
@@ -237,10 +248,10 @@ class ControllerHost:
         state.activate(now_ms)
         if METADATA_VERSION in state.features.finalized():
             return None
-        logger.info("node=%s event=bootstrap_metadata records=%s", self.node_id,
-                    state.bootstrap_records())
-        return ControllerResult(records=state.bootstrap_records(), response=None,
-                                is_atomic=True)
+        records = self.bootstrap_records or state.bootstrap_records()
+        logger.info("node=%s event=bootstrap_metadata source=%s records=%s", self.node_id,
+                    "bootstrap.checkpoint" if self.bootstrap_records else "defaults", records)
+        return ControllerResult(records=tuple(records), response=None, is_atomic=True)
 
     def _active(self) -> driver.QuorumController | None:
         controller = self.controller

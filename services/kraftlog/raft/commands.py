@@ -219,7 +219,8 @@ async def serve(cfg: kconfig.Config) -> int:
         registry = metrics.MetricsRegistry()
         try:
             host = controller_process.ControllerHost(cfg, node_id=node_id,
-                                                     cluster_id=cluster_id, voters=voters)
+                                                     cluster_id=cluster_id, voters=voters,
+                                                     metadata_dir=directory)
             return await _run(node_id, voters, cluster_id, settings, listen, log, store,
                               host=host, tracer=tracer, registry=registry,
                               metrics_port=cfg.get_int("kraftlog.metrics.port"),

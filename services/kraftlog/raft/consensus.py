@@ -176,6 +176,16 @@ class RaftClient:
         self._purgatory: dict[int, _ParkedFetch] = {}
         self._listener_next_offset = 0
         self._fired_leader: tuple[int, int] | None = None
+        # When set, poll() leaves the leader's fsync to flush_leader_log(), which the driver
+        # calls once the Fetch answers that poll completed are on their way: followers then
+        # append and fsync while the leader does, as etcd's leader writes its WAL in
+        # parallel with replication. The leader's copy counts towards the HW only once
+        # flushed, so what commits and when it is durable do not change.
+        self.defer_leader_flush = False
+        # Added to now_ms for the timestamps written into batches: the driver's core clock
+        # is monotonic, while record timestamps (and `kraftlog quorum history`) are wall
+        # time in ms since the Unix epoch, as in Kafka. 0 under the simulator.
+        self.wall_clock_offset_ms = 0
         self._log_state_change("started", now_ms)
 
     # -- small helpers ---------------------------------------------------------------------
@@ -281,7 +291,11 @@ class RaftClient:
         if state.accumulated and state.linger_deadline_ms is not None \
                 and now_ms >= state.linger_deadline_ms:
             self._drain_accumulator(state, now_ms)
-        self._flush_leader_log(state, now_ms)
+        if self.defer_leader_flush:
+            # What is durable already (a log that syncs on append) counts at once.
+            self._note_leader_flushed(state, now_ms)
+        else:
+            self._flush_leader_log(state, now_ms)
         for voter in self.quorum.remote_voters():
             if voter not in state.acknowledged:
                 self._send(voter, m.BeginQuorumEpochRequest(
@@ -439,8 +453,9 @@ class RaftClient:
             leader_id=self.node_id, voters=tuple(sorted(self.quorum.voters)),
             granting_voters=tuple(granted)))
         batch = rb.build_batch([rb.RecordInput(key=cr.encode_key(cr.ControlRecordType.LEADER_CHANGE),
-                                               value=value, timestamp_ms=now_ms)],
-                               now_ms=now_ms, is_control=True)
+                                               value=value,
+                                               timestamp_ms=now_ms + self.wall_clock_offset_ms)],
+                               now_ms=now_ms + self.wall_clock_offset_ms, is_control=True)
         info = self.log.append_as_leader(batch, leader.epoch)
         if info.first_offset != epoch_start:
             raise InvariantViolation(f"node {self.node_id}: LeaderChange landed at "
@@ -451,9 +466,25 @@ class RaftClient:
         self._emit(RaftEventKind.LEADER_CHANGE, now_ms, f"leader={self.node_id}")
         self._flush_leader_log(leader, now_ms)
 
+    def needs_leader_flush(self) -> bool:
+        """A leader with appended entries not yet durable (see ``defer_leader_flush``)."""
+        return self.role is Role.LEADER and self.log.flushed_offset < self.log.end_offset
+
+    def flush_leader_log(self, now_ms: int) -> bool:
+        """Make the leader's appended entries durable; True if it flushed anything. Call
+        ``poll`` afterwards: the high watermark may have moved."""
+        state = self.quorum.state
+        if not isinstance(state, es.LeaderState) or not self.needs_leader_flush():
+            return False
+        self._flush_leader_log(state, now_ms)
+        return True
+
     def _flush_leader_log(self, state: es.LeaderState, now_ms: int) -> None:
         if self.log.flushed_offset < self.log.end_offset:
             self.log.flush()
+        self._note_leader_flushed(state, now_ms)
+
+    def _note_leader_flushed(self, state: es.LeaderState, now_ms: int) -> None:
         # Only durable entries count towards the HW, the leader's own copy included.
         if state.update_local_end_offset(self.log.flushed_offset, now_ms):
             self._on_leader_high_watermark(state)
@@ -469,8 +500,9 @@ class RaftClient:
         state.accumulated_bytes = 0
         state.linger_deadline_ms = None
         batch = rb.build_batch(
-            [rb.RecordInput(value=value, timestamp_ms=now_ms) for value in pending],
-            now_ms=now_ms)
+            [rb.RecordInput(value=value, timestamp_ms=now_ms + self.wall_clock_offset_ms)
+             for value in pending],
+            now_ms=now_ms + self.wall_clock_offset_ms)
         info = self.log.append_as_leader(batch, state.epoch)
         if info.first_offset != first_offset or info.last_offset != state.next_offset - 1:
             raise InvariantViolation(

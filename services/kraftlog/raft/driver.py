@@ -57,6 +57,8 @@ T = TypeVar("T")
 MAX_SLEEP_MS = 1000
 """Upper bound of one idle wait, so a lost wake-up can never stall the loop for long."""
 DEFAULT_RESIGN_WAIT_MS = 500
+LEADER_FLUSH_YIELDS = 3
+"""Event-loop turns given to the servicer tasks before the leader's deferred fsync."""
 
 
 class Clock(Protocol):
@@ -199,6 +201,8 @@ class RaftDriver:
             node_id=node_id, voters=voters, cluster_id=cluster_id, config=config, log=log,
             store=store, rng=rng or random.Random(), listener=listener, sink=self._sink,
             now_ms=self.clock.monotonic_ms(), on_event=self._on_event)
+        self.client.defer_leader_flush = True
+        self.client.wall_clock_offset_ms = self.clock.wall_ms() - self.clock.monotonic_ms()
         self._last_role = self.client.role
         self.status = self._current_status()
         self.peers = transport.RaftPeers(
@@ -319,6 +323,14 @@ class RaftDriver:
                     self._handle(self._inbox.get_nowait(), now_ms)
                 wakeup_ms = self.client.poll(now_ms)
                 self._flush()
+                if self.client.needs_leader_flush():
+                    # Let the servicer tasks hand the Fetch answers this poll completed to
+                    # gRPC (its threads send while we fsync), then make our copy durable.
+                    for _ in range(LEADER_FLUSH_YIELDS):
+                        await asyncio.sleep(0)
+                    if self.client.flush_leader_log(self.clock.monotonic_ms()):
+                        wakeup_ms = min(wakeup_ms, self.client.poll(self.clock.monotonic_ms()))
+                        self._flush()
                 self._publish_status()
                 sleep_ms = min(max(wakeup_ms - self.clock.monotonic_ms(), 0), MAX_SLEEP_MS)
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that

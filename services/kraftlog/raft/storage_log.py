@@ -120,7 +120,11 @@ class StorageRaftLog:
         recovery_file = checkpoint.OffsetCheckpointFile(
             os.path.join(path, checkpoint.RECOVERY_POINT_OFFSET_CHECKPOINT))
         recovery_point = recovery_file.read().get(METADATA_TOPIC_PARTITION, 0)
-        log = storage_log.Log.open(path, config or log_config.LogConfig.for_metadata_log(), now_ms=clock_ms(),
+        # Raft decides when to fsync (RaftLog.flush): a follower before it reports its new
+        # end offset, a leader once its Fetch answers are on their way. No flush on append.
+        default_config = log_config.LogConfig.for_metadata_log(
+            flush_interval_messages=log_config.LONG_MAX)
+        log = storage_log.Log.open(path, config or default_config, now_ms=clock_ms(),
                                    recovery_point=recovery_point, epoch_cache=epoch_cache)
         try:
             latest = max(snapshots, key=_snapshot_order) if snapshots else None

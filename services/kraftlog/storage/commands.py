@@ -55,6 +55,10 @@ BOOTSTRAP_VOTERS_FILE = "bootstrap-voters.json"
 """Where ``format`` records the initial voter set until the raft layer writes it
 as the KIP-853 bootstrap snapshot (``00000000000000000000-0000000000.checkpoint``)."""
 
+METADATA_VERSION_LATEST = 1
+"""The ``metadata.version`` level this release writes and understands (KIP-778)."""
+SUPPORTED_FEATURES = {"metadata.version": (1, METADATA_VERSION_LATEST)}
+
 CONTROLLER_LISTENER_NAME = "CONTROLLER"
 MAX_PORT = 65535
 EXIT_OK = 0
@@ -217,8 +221,42 @@ def _ordered_dirs(data_dirs: Sequence[str], metadata_dir: str | None) -> tuple[l
     return dirs, meta
 
 
+def parse_features(specs: Sequence[str] | None) -> dict[str, int]:
+    """``--feature name=level`` flags -> {name: level}, checked against what this release
+    supports; metadata.version defaults to the latest level."""
+    levels = {"metadata.version": METADATA_VERSION_LATEST}
+    for spec in specs or ():
+        name, sep, level = spec.partition("=")
+        name = name.strip()
+        if not sep or not level.strip().lstrip("-").isdigit():
+            raise errors.ConfigError(f"--feature {spec!r}: expected NAME=LEVEL, e.g. "
+                                     f"metadata.version={METADATA_VERSION_LATEST}")
+        if name not in SUPPORTED_FEATURES:
+            raise errors.ConfigError(f"--feature {spec!r}: unknown feature {name!r} (known: "
+                                     f"{', '.join(sorted(SUPPORTED_FEATURES))})")
+        low, high = SUPPORTED_FEATURES[name]
+        if not low <= int(level) <= high:
+            raise errors.ConfigError(f"--feature {spec!r}: this release supports {name} "
+                                     f"levels {low}..{high}")
+        levels[name] = int(level)
+    return levels
+
+
+def _write_bootstrap(directory: pathlib.Path, features: dict[str, int]) -> None:
+    # Imported here: the metadata codec pulls in protobuf, which the other storage
+    # commands do not need.
+    from kraftlog.metadata import bootstrap, record_convert
+    from kraftlog.metadata import records as metadata_records
+
+    bootstrap.write_bootstrap(
+        directory, [metadata_records.FeatureLevelRecord(name=name, feature_level=level)
+                    for name, level in sorted(features.items())],
+        encode=record_convert.encode, now_ms=time.time_ns() // 1_000_000)
+
+
 def run_format(args: argparse.Namespace) -> int:
     cluster_id = str(parse_cluster_id(args.cluster_id))
+    features = parse_features(getattr(args, "feature", None))
     if args.node_id < 0:
         raise errors.ConfigError(f"--node-id {args.node_id}: a node id must be >= 0")
     node_id = NodeId(args.node_id)
@@ -292,6 +330,9 @@ def run_format(args: argparse.Namespace) -> int:
             if voters:
                 atomic_file.write_text_atomically(partition_dir / BOOTSTRAP_VOTERS_FILE,
                                                   bootstrap_voters_json(voters))
+            # Kafka's bootstrap.checkpoint: the metadata the first active controller
+            # writes into a new cluster's log (metadata.version, ...).
+            _write_bootstrap(directory, features)
             atomic_file.fsync_dir(directory)
         # meta.properties last: it is the "formatted" marker, so a crash before
         # this line leaves a directory the next format run simply redoes.
@@ -431,7 +472,7 @@ def metadata_formatters() -> tuple[dump.PayloadFormatter, dump.ControlFormatter]
 
 
 def _is_metadata_log(path: pathlib.Path) -> bool:
-    return path.parent.name.startswith("__cluster_metadata-")
+    return path.parent.name.startswith("__cluster_metadata-") or path.name == "bootstrap.checkpoint"
 
 
 def _dump_one(path: pathlib.Path, options: dump.DumpOptions) -> dump.DumpResult:
@@ -515,6 +556,10 @@ def register(subparsers: Any) -> None:
                      help="skip every already formatted directory without checking its cluster.id and "
                           "node.id (kafka-storage.sh's flag); without it a directory formatted for this "
                           "cluster and node is left as it is and one formatted for another is refused")
+    fmt.add_argument("--feature", "-f", action="append", metavar="NAME=LEVEL",
+                     help="a finalized feature level for bootstrap.checkpoint (repeatable; "
+                          f"default metadata.version={METADATA_VERSION_LATEST}, the only level "
+                          "this release supports)")
     fmt.set_defaults(func=run_format)
 
     rnd = storage_sub.add_parser("random-uuid", help="print a new random cluster id")

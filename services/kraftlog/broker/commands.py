@@ -1,0 +1,30 @@
+"""``kraftlog broker``: the broker role's subcommand (see :mod:`kraftlog.cli`).
+
+Owns only argument parsing; the process itself is :mod:`kraftlog.broker.process`.
+Edge module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kraftlog.broker import process
+from kraftlog.telemetry import logging as log_setup
+
+
+def register(subparsers: Any) -> None:
+    """Add ``broker`` to the ``kraftlog`` command."""
+    broker = subparsers.add_parser(
+        "broker", help="run a broker (partition replicas, BrokerService)",
+        description="Run one broker, like kafka-server-start.sh with process.roles=broker: "
+                    "it follows the metadata log as a raft observer, registers with the "
+                    "active controller and serves BrokerService.")
+    broker.add_argument("--config", required=True, metavar="FILE",
+                        help="a Kafka server.properties file")
+    broker.add_argument("--override", action="append", metavar="KEY=VALUE",
+                        help="set a property, overriding the file; repeatable")
+    broker.add_argument("--log-level", default=None, choices=log_setup.LEVELS,
+                        help="stderr log level (default: kraftlog.log.level, INFO)")
+    broker.add_argument("--log-format", default=None, choices=log_setup.FORMATS,
+                        help="text, or json (default: kraftlog.log.format, text)")
+    broker.set_defaults(func=process.run_broker)

@@ -1,0 +1,236 @@
+"""The broker's channel to the active controller, and its lifecycle with it.
+
+Owns :class:`ControllerClient` — calls ControllerService on the active controller,
+found from the raft leader the metadata observer knows, then from NOT_CONTROLLER
+hints (``active_controller``), else by trying the voters of
+``controller.quorum.voters`` in turn, until the call's deadline — and
+:class:`BrokerLifecycle` (Kafka's BrokerLifecycleManager): BrokerRegistration
+(incarnation id, listeners, rack, log dir ids, features including
+``metadata.version`` 1..1), a BrokerHeartbeat every ``broker.heartbeat.interval.ms``
+carrying the metadata offset this broker has replayed, re-registration after
+STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED, and controlled shutdown
+(``want_shut_down`` until the controller answers ``should_shut_down``).
+
+Callers: :mod:`kraftlog.broker.process`. Edge module: asyncio, grpc and protobuf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from kraftlog.broker import server
+from kraftlog.error_codes import ErrorCode
+from kraftlog.raft import transport
+from kraftlog.storage.uuid import Uuid
+from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+RETRY_BACKOFF_S = 0.1
+
+
+class ControllerClient:
+    """ControllerService calls that follow the active controller. See the module docstring."""
+
+    def __init__(self, voters: dict[int, str], *, raft_leader: Callable[[], int],
+                 request_timeout_ms: int) -> None:
+        self.voters = voters
+        self._raft_leader = raft_leader
+        self.request_timeout_ms = request_timeout_ms
+        self._channels: dict[int, Any] = {}
+        self._hint = -1
+        self._next = 0
+
+    def _stub(self, node_id: int) -> controller_pb2_grpc.ControllerServiceStub:
+        channel = self._channels.get(node_id)
+        if channel is None:
+            channel = self._channels[node_id] = grpc.aio.insecure_channel(
+                self.voters[node_id], options=transport.channel_options(retry_backoff_ms=50))
+        return controller_pb2_grpc.ControllerServiceStub(channel)
+
+    def _target(self) -> int:
+        for candidate in (self._hint, self._raft_leader()):
+            if candidate in self.voters:
+                return candidate
+        ids = sorted(self.voters)
+        self._next = (self._next + 1) % len(ids)
+        return ids[self._next]
+
+    async def call(self, method: str, request: Any, *, deadline_s: float) -> Any:
+        """``method`` on the active controller; the last answer (maybe an error) at the deadline.
+
+        Raises TimeoutError when no controller answered at all before ``deadline_s``
+        (a ``time.monotonic()`` instant)."""
+        last: Any = None
+        while True:
+            target = self._target()
+            remaining = deadline_s - time.monotonic()
+            if remaining <= 0:
+                if last is not None:
+                    return last
+                raise TimeoutError(f"{method}: no controller answered")
+            try:
+                answer = await getattr(self._stub(target), method)(
+                    request, timeout=min(remaining, self.request_timeout_ms / 1000))
+            except grpc.aio.AioRpcError as exc:
+                logger.debug("event=controller_call_failed method=%s controller=%d code=%s",
+                             method, target, exc.code().name)
+                self._hint = -1
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            last = answer
+            if answer.error.code != ErrorCode.NOT_CONTROLLER:
+                self._hint = target
+                return answer
+            hint = answer.active_controller.leader_id
+            self._hint = hint if hint in self.voters and hint != target else -1
+            if self._hint < 0:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+class BrokerLifecycle:
+    """Registration, heartbeats and controlled shutdown of broker ``broker_id``."""
+
+    def __init__(self, client: ControllerClient, *, broker_id: int, cluster_id: str,
+                 incarnation_id: Uuid, listeners: Sequence[common_pb2.Endpoint], rack: str,
+                 log_dir_ids: Sequence[Uuid], heartbeat_interval_ms: int,
+                 metadata_offset: Callable[[], int],
+                 on_change: Callable[[], None] | None = None) -> None:
+        self.client = client
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.incarnation_id = incarnation_id
+        self.listeners = list(listeners)
+        self.rack = rack
+        self.log_dir_ids = list(log_dir_ids)
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self._metadata_offset = metadata_offset
+        self._on_change = on_change
+        self.broker_epoch = -1
+        self.fenced = True
+        self.caught_up = False
+        self.want_shut_down = False
+        self.should_shut_down = False
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Registered, caught up and unfenced: the broker may serve clients."""
+        return self.broker_epoch >= 0 and self.caught_up and not self.fenced
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-lifecycle")
+
+    async def wait(self) -> None:
+        """Until the heartbeat task ends; re-raises its failure."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Heartbeat with want_shut_down until the controller says should_shut_down (True)."""
+        if self.broker_epoch < 0:
+            return False
+        self.want_shut_down = True
+        self._wakeup.set()
+        deadline = time.monotonic() + timeout_s
+        while not self.should_shut_down and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self.should_shut_down
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
+    async def _register(self) -> None:
+        while True:
+            request = controller_pb2.BrokerRegistrationRequest(
+                broker_id=self.broker_id, cluster_id=self.cluster_id,
+                incarnation_id=server.uuid_to_proto(self.incarnation_id),
+                listeners=self.listeners, rack=self.rack,
+                features=[common_pb2.SupportedFeature(name="metadata.version",
+                                                      min_supported_version=1,
+                                                      max_supported_version=1)],
+                log_dirs=[server.uuid_to_proto(d) for d in self.log_dir_ids],
+                previous_broker_epoch=-1)
+            try:
+                answer = await self.client.call(
+                    "BrokerRegistration", request,
+                    deadline_s=time.monotonic() + self.client.request_timeout_ms / 1000)
+            except TimeoutError:
+                continue
+            code = ErrorCode(answer.error.code)
+            if code is ErrorCode.NONE:
+                self.broker_epoch = answer.broker_epoch
+                self.fenced = True
+                self.caught_up = False
+                logger.info("broker=%d event=registered broker_epoch=%d controller=%d",
+                            self.broker_id, self.broker_epoch,
+                            answer.active_controller.leader_id)
+                self._changed()
+                return
+            logger.info("broker=%d event=registration_failed error=%s message=%r",
+                        self.broker_id, code.name, answer.error.message)
+            await asyncio.sleep(self.heartbeat_interval_ms / 1000)
+
+    async def _run(self) -> None:
+        await self._register()
+        while True:
+            request = controller_pb2.BrokerHeartbeatRequest(
+                broker_id=self.broker_id, broker_epoch=self.broker_epoch,
+                current_metadata_offset=self._metadata_offset(), want_fence=False,
+                want_shut_down=self.want_shut_down)
+            try:
+                answer = await self.client.call(
+                    "BrokerHeartbeat", request,
+                    deadline_s=time.monotonic() + self.heartbeat_interval_ms / 1000)
+            except TimeoutError:
+                answer = None
+            if answer is not None:
+                code = ErrorCode(answer.error.code)
+                if code is ErrorCode.NONE:
+                    state = (answer.is_fenced, answer.is_caught_up, answer.should_shut_down)
+                    if state != (self.fenced, self.caught_up, self.should_shut_down):
+                        self.fenced, self.caught_up, self.should_shut_down = state
+                        logger.info("broker=%d event=heartbeat_state broker_epoch=%d fenced=%s "
+                                    "caught_up=%s should_shut_down=%s metadata_offset=%d",
+                                    self.broker_id, self.broker_epoch, self.fenced,
+                                    self.caught_up, self.should_shut_down,
+                                    request.current_metadata_offset)
+                        self._changed()
+                elif code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+                    logger.info("broker=%d event=reregister reason=%s", self.broker_id, code.name)
+                    self.broker_epoch = -1
+                    self.fenced = True
+                    self._changed()
+                    await self._register()
+                    continue
+                else:
+                    logger.info("broker=%d event=heartbeat_failed error=%s", self.broker_id,
+                                code.name)
+            self._wakeup.clear()
+            # Before caught up, heartbeat faster so unfencing does not wait a whole interval.
+            interval_ms = (self.heartbeat_interval_ms
+                           if self.ready and not self.want_shut_down else min(
+                               self.heartbeat_interval_ms, 100))
+            try:
+                async with asyncio.timeout(interval_ms / 1000):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass

@@ -1,0 +1,318 @@
+"""Replica fetchers: one asyncio task per source broker, pulling its followed partitions.
+
+Owns :class:`ReplicaFetcherManager` (Kafka's ReplicaFetcherManager with
+``num.replica.fetchers`` = 1: one fetcher per leader broker) and
+:class:`ReplicaFetcher`, which loops: build one Fetch with an entry per fetchable
+partition from its pure :class:`~kraftlog.broker.follower.FollowerFetchState`
+(fetch offset = log end, last fetched epoch, KIP-320), long-poll the leader's
+BrokerService, and hand each partition's answer back to its state (append,
+truncate on a diverging epoch, reset, back off). After OFFSET_OUT_OF_RANGE it asks
+the leader's log end with ListOffsets. A transport error backs the whole fetcher
+off ``replica.fetch.backoff.ms``.
+
+The leader counts a follower's progress only from the fetch offsets it sends, so
+records appended here are acknowledged by the next Fetch, which leaves at once.
+
+Callers: :mod:`kraftlog.broker.process` applies each
+:class:`~kraftlog.broker.reconciler.ReconcileResult` with
+:meth:`ReplicaFetcherManager.apply`. Edge module: asyncio, grpc and the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from kraftlog.broker import follower as follower_mod
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import reconciler as rc
+from kraftlog.broker import replica_manager as rm
+from kraftlog.broker import server
+from kraftlog.error_codes import ErrorCode
+from kraftlog.errors import InvariantViolation
+from kraftlog.raft import transport
+from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.v1 import broker_pb2, broker_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetcherConfig:
+    """Kafka's replica fetcher settings, with their units."""
+
+    fetch_backoff_ms: int = follower_mod.DEFAULT_REPLICA_FETCH_BACKOFF_MS
+    """``replica.fetch.backoff.ms``."""
+    fetch_max_bytes: int = follower_mod.DEFAULT_REPLICA_FETCH_MAX_BYTES
+    """``replica.fetch.max.bytes`` (per partition)."""
+    fetch_response_max_bytes: int = 10 * 1024 * 1024
+    """``replica.fetch.response.max.bytes``."""
+    fetch_wait_max_ms: int = 500
+    """``replica.fetch.wait.max.ms``: how long the leader may hold a Fetch."""
+    fetch_min_bytes: int = 1
+    """``replica.fetch.min.bytes``."""
+    request_timeout_ms: int = 30_000
+    """``replica.socket.timeout.ms``-like bound on one Fetch beyond its wait."""
+
+
+class ReplicaFetcher:
+    """Fetches the partitions this broker follows from broker ``source_id``."""
+
+    def __init__(self, *, broker_id: int, source_id: int, endpoint: Callable[[int], str | None],
+                 broker_epoch: Callable[[], int], data: server.DataPlane,
+                 config: FetcherConfig) -> None:
+        self.broker_id = broker_id
+        self.source_id = source_id
+        self._endpoint = endpoint
+        self._broker_epoch = broker_epoch
+        self._data = data
+        self.config = config
+        self.states: dict[TopicPartition, follower_mod.FollowerFetchState] = {}
+        self._changed = asyncio.Event()
+        self._call: Any = None
+        self._channel: Any = None
+        self._channel_target = ""
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+
+    def _where(self) -> str:
+        return f"broker={self.broker_id} fetcher_source={self.source_id}"
+
+    def add(self, state: follower_mod.FollowerFetchState) -> None:
+        self.states[state.partition.topic_partition] = state
+        self._kick()
+
+    def remove(self, tp: TopicPartition) -> bool:
+        removed = self.states.pop(tp, None) is not None
+        if removed:
+            self._kick()
+        return removed
+
+    def _kick(self) -> None:
+        # The partition set changed: a Fetch parked at the leader would hold new partitions back
+        # for up to replica.fetch.wait.max.ms, so cut it short.
+        self._changed.set()
+        if self._call is not None:
+            self._call.cancel()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"replica-fetcher-{self.source_id}")
+        self._task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("%s event=fetcher_failed error=%r", self._where(), str(task.exception()))
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def _stub(self) -> broker_pb2_grpc.BrokerServiceStub | None:
+        target = self._endpoint(self.source_id)
+        if target is None:
+            return None
+        if self._channel is None or target != self._channel_target:
+            if self._channel is not None:
+                await self._channel.close()
+            self._channel = grpc.aio.insecure_channel(target, options=transport.channel_options(
+                retry_backoff_ms=self.config.fetch_backoff_ms))
+            self._channel_target = target
+        return broker_pb2_grpc.BrokerServiceStub(self._channel)
+
+    async def _run(self) -> None:
+        backoff_s = self.config.fetch_backoff_ms / 1000
+        while True:
+            try:
+                await self._run_once(backoff_s)
+            except (asyncio.CancelledError, InvariantViolation):
+                raise
+            except Exception:
+                # A bug or a local disk error on one answer must not silently end replication
+                # from this source for every partition: log it and try again after a backoff.
+                logger.exception("%s event=fetcher_error backoff_ms=%d", self._where(),
+                                 self.config.fetch_backoff_ms)
+                self._call = None
+                await asyncio.sleep(backoff_s)
+
+    async def _run_once(self, backoff_s: float) -> None:
+        """One Fetch round trip (or one wait while nothing is fetchable)."""
+        now_ms = self._data.now_ms()
+        entries = {tp: (state, request) for tp, state in self.states.items()
+                   if (request := state.build_fetch_request(now_ms)) is not None}
+        if not entries:
+            self._changed.clear()
+            wait_s = backoff_s
+            delayed = [s.delayed_until_ms for s in self.states.values()
+                       if s.status is follower_mod.FollowerStatus.DELAYED]
+            if delayed:
+                wait_s = max(0.0, min(delayed) - now_ms) / 1000
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._changed.wait()
+            except TimeoutError:
+                pass
+            return
+        stub = await self._stub()
+        if stub is None:
+            logger.info("%s event=fetch_backoff reason=no_endpoint", self._where())
+            await asyncio.sleep(backoff_s)
+            return
+        self._changed.clear()
+        try:
+            response = await self._fetch(stub, entries)
+        except asyncio.CancelledError:
+            if self._call is not None and self._call.cancelled() and not self._is_cancelling():
+                self._call = None
+                return  # our own _kick: rebuild the request
+            raise
+        except grpc.aio.AioRpcError as exc:
+            self._call = None
+            if exc.code() is grpc.StatusCode.CANCELLED and self._changed.is_set():
+                return
+            # One line when the source stops answering, not one per retry.
+            logger.log(logging.DEBUG if self._failing else logging.INFO,
+                       "%s event=fetch_failed code=%s backoff_ms=%d", self._where(),
+                       exc.code().name, self.config.fetch_backoff_ms)
+            self._failing = True
+            await asyncio.sleep(backoff_s)
+            return
+        self._call = None
+        if self._failing:
+            self._failing = False
+            logger.info("%s event=fetch_recovered", self._where())
+        if response.error.code:
+            logger.info("%s event=fetch_failed error=%s", self._where(),
+                        ErrorCode(response.error.code).name)
+            await asyncio.sleep(backoff_s)
+            return
+        await self._apply(stub, entries, response)
+        self._data.dispatch()
+
+    def _is_cancelling(self) -> bool:
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+
+    async def _fetch(self, stub: broker_pb2_grpc.BrokerServiceStub,
+                     entries: dict[TopicPartition, tuple[follower_mod.FollowerFetchState,
+                                                         follower_mod.FollowerFetchRequest]]
+                     ) -> broker_pb2.FetchResponse:
+        topics: dict[str, broker_pb2.FetchRequest.FetchTopic] = {}
+        for tp, (_state, request) in entries.items():
+            topic = topics.get(tp.topic)
+            if topic is None:
+                topic = topics[tp.topic] = broker_pb2.FetchRequest.FetchTopic(
+                    topic=tp.topic, topic_id=server.uuid_to_proto(request.topic_id))
+            topic.partitions.append(broker_pb2.FetchRequest.FetchPartition(
+                partition=tp.partition, current_leader_epoch=request.current_leader_epoch,
+                fetch_offset=request.fetch_offset, last_fetched_epoch=request.last_fetched_epoch,
+                log_start_offset=request.log_start_offset,
+                partition_max_bytes=request.partition_max_bytes))
+        config = self.config
+        self._call = stub.Fetch(broker_pb2.FetchRequest(
+            replica_id=self.broker_id, replica_epoch=self._broker_epoch(),
+            max_wait_ms=config.fetch_wait_max_ms, min_bytes=config.fetch_min_bytes,
+            max_bytes=config.fetch_response_max_bytes, topics=list(topics.values())),
+            timeout=(config.fetch_wait_max_ms + config.request_timeout_ms) / 1000)
+        response: broker_pb2.FetchResponse = await self._call
+        return response
+
+    async def _apply(self, stub: broker_pb2_grpc.BrokerServiceStub,
+                     entries: dict[TopicPartition, tuple[follower_mod.FollowerFetchState,
+                                                         follower_mod.FollowerFetchRequest]],
+                     response: broker_pb2.FetchResponse) -> None:
+        for topic in response.responses:
+            for data in topic.partitions:
+                tp = TopicPartition(topic=topic.topic, partition=data.partition_index)
+                entry = entries.get(tp)
+                if entry is None or self.states.get(tp) is not entry[0]:
+                    continue  # removed or replaced while the Fetch was out
+                state, request = entry
+                diverging = (partition_mod.EpochEndOffset(epoch=data.diverging_epoch.epoch,
+                                                          end_offset=data.diverging_epoch.end_offset)
+                             if data.HasField("diverging_epoch") else None)
+                outcome = state.handle_fetch_response(request, follower_mod.FollowerFetchResponse(
+                    error=ErrorCode(data.error.code), high_watermark=data.high_watermark,
+                    log_start_offset=data.log_start_offset, records=data.records,
+                    diverging_epoch=diverging), now_ms=self._data.now_ms())
+                if outcome.action is follower_mod.FollowerAction.LIST_OFFSETS:
+                    await self._list_leader_end(stub, state)
+
+    async def _list_leader_end(self, stub: broker_pb2_grpc.BrokerServiceStub,
+                               state: follower_mod.FollowerFetchState) -> None:
+        tp = state.partition.topic_partition
+        try:
+            answer = await stub.ListOffsets(broker_pb2.ListOffsetsRequest(
+                replica_id=self.broker_id, topics=[broker_pb2.ListOffsetsRequest.ListOffsetsTopic(
+                    name=tp.topic, partitions=[broker_pb2.ListOffsetsRequest.ListOffsetsPartition(
+                        partition_index=tp.partition, current_leader_epoch=state.leader_epoch,
+                        timestamp=server.LATEST_TIMESTAMP)])]),
+                timeout=self.config.request_timeout_ms / 1000)
+        except grpc.aio.AioRpcError:
+            return
+        for topic in answer.topics:
+            for part in topic.partitions:
+                if part.error.code == 0 and part.offset >= 0:
+                    state.handle_leader_end_offset(part.offset, now_ms=self._data.now_ms())
+
+
+class ReplicaFetcherManager:
+    """One :class:`ReplicaFetcher` per leader broker; applies the reconciler's fetch changes."""
+
+    def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, data: server.DataPlane,
+                 endpoint: Callable[[int], str | None], broker_epoch: Callable[[], int],
+                 config: FetcherConfig) -> None:
+        self.broker_id = broker_id
+        self.manager = manager
+        self._data = data
+        self._endpoint = endpoint
+        self._broker_epoch = broker_epoch
+        self.config = config
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._stopping: list[asyncio.Task[None]] = []
+
+    def _remove(self, tp: TopicPartition) -> None:
+        for source_id, fetcher in list(self.fetchers.items()):
+            if fetcher.remove(tp) and not fetcher.states:
+                del self.fetchers[source_id]
+                self._stopping.append(asyncio.get_running_loop().create_task(fetcher.stop()))
+
+    def apply(self, result: rc.ReconcileResult) -> None:
+        for tp in result.stop_fetching:
+            self._remove(tp)
+        for target in result.start_fetching:
+            tp = target.topic_partition
+            self._remove(tp)
+            partition = self.manager.get_partition(tp)
+            if partition is None or partition.is_leader:
+                continue
+            fetcher = self.fetchers.get(target.leader_id)
+            if fetcher is None:
+                fetcher = self.fetchers[target.leader_id] = ReplicaFetcher(
+                    broker_id=self.broker_id, source_id=target.leader_id,
+                    endpoint=self._endpoint, broker_epoch=self._broker_epoch, data=self._data,
+                    config=self.config)
+                fetcher.start()
+            fetcher.add(follower_mod.FollowerFetchState(
+                partition, leader_id=target.leader_id, leader_epoch=target.leader_epoch,
+                fetch_backoff_ms=self.config.fetch_backoff_ms,
+                partition_max_bytes=self.config.fetch_max_bytes))
+            logger.info("broker=%d partition=%s event=fetcher_started leader=%d leader_epoch=%d "
+                        "fetch_offset=%d", self.broker_id, tp, target.leader_id,
+                        target.leader_epoch, partition.log_end_offset)
+
+    async def stop(self) -> None:
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        await asyncio.gather(*(f.stop() for f in fetchers), *self._stopping,
+                             return_exceptions=True)
+        self._stopping.clear()

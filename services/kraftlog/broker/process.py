@@ -1,0 +1,635 @@
+"""``kraftlog broker --config FILE``: one broker process.
+
+Startup, in order (Kafka's BrokerServer):
+
+1. read and check ``meta.properties`` of every ``log.dirs`` entry and of the
+   metadata log dir (formatted by ``kraftlog storage format`` for this node and
+   one cluster), then open and recover every ``<topic>-<partition>/`` log found
+   (``event=log_recovery state=RECOVERY`` per log, then a summary);
+2. follow the metadata log as a raft OBSERVER (this node id is not a voter): a
+   :class:`~kraftlog.raft.driver.RaftDriver` over ``<metadata.log.dir>/__cluster_metadata-0``
+   feeding a :class:`~kraftlog.metadata.loader.MetadataLoader`, whose publisher is
+   the :class:`~kraftlog.broker.reconciler.Reconciler` (plus a full reconcile every
+   :data:`RECONCILE_INTERVAL_S`); its fetch changes go to the replica fetchers;
+3. register with the active controller and heartbeat (:mod:`.controller_client`);
+4. serve BrokerService and gRPC health on the first ``listeners`` entry: "liveness"
+   is SERVING once the server runs; "" and ``kraftlog.v1.BrokerService`` once the
+   broker is registered, caught up and unfenced;
+5. send the leaders' pending ISR changes to the controller as AlterPartition (one
+   request per batch of proposals; answers fed back to the partitions);
+6. write ``replication-offset-checkpoint`` (high watermarks) every
+   ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown; apply
+   ``log.retention.ms`` / ``log.retention.bytes`` every ``log.retention.check.interval.ms``
+   (below the high watermark only).
+
+Tracing (``OTEL_*`` variables, off by default): a span per partition leader change seen
+here (become_leader / become_follower / replica_deleted) and per AlterPartition call;
+trace context crosses the gRPC hops (server interceptors, raft client interceptors).
+
+SIGTERM / SIGINT: controlled shutdown (heartbeats with ``want_shut_down`` until the
+controller answers ``should_shut_down``, at most ``broker.session.timeout.ms``), then
+everything stops and logs close; exit 0.
+
+Edge module: process I/O (files, signals, sockets, the clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health as grpc_health
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry import trace
+
+from kraftlog import config as kconfig
+from kraftlog import errors
+from kraftlog.broker import controller_client, fetcher_driver, server
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import reconciler as rc
+from kraftlog.broker import replica_manager as rm
+from kraftlog.error_codes import ErrorCode
+from kraftlog.metadata import delta as dl
+from kraftlog.metadata import image as im
+from kraftlog.metadata import loader as ld
+from kraftlog.metadata import record_convert
+from kraftlog.raft import commands as raft_commands
+from kraftlog.raft import driver, transport
+from kraftlog.raft import quorum_state_store as qss
+from kraftlog.raft.raft_config import parse_voters
+from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.storage import checkpoint, leader_epoch, meta_properties
+from kraftlog.storage import log as storage_log
+from kraftlog.storage.log_config import LogConfig
+from kraftlog.storage.topic_partition import TopicPartition, parse_dir_name
+from kraftlog.storage.uuid import Uuid, random_uuid
+from kraftlog.telemetry import grpc_tracing, tracing
+from kraftlog.telemetry import logging as log_setup
+from kraftlog.v1 import common_pb2, controller_pb2
+
+logger = logging.getLogger(__name__)
+
+BROKER_SERVICE_NAME = "kraftlog.v1.BrokerService"
+LIVENESS_SERVICE_NAME = "liveness"
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
+RECONCILE_INTERVAL_S = 10.0
+SHUTDOWN_GRACE_S = 1.0
+
+_I = kconfig.ConfigType.INT
+_S = kconfig.ConfigType.STRING
+_L = kconfig.ConfigType.LIST
+_B = kconfig.ConfigType.BOOLEAN
+_LONG = kconfig.ConfigType.LONG
+_FETCH = fetcher_driver.FetcherConfig()
+
+BROKER_CONFIG = kconfig.ConfigDef([
+    kconfig.ConfigKey(name="node.id", type=_I, default=None, required=True,
+                      doc="this broker's id; must not be a controller voter id",
+                      validator=kconfig.at_least(0)),
+    kconfig.ConfigKey(name="process.roles", type=_L, default=None, required=True,
+                      doc="must contain 'broker' (combined mode is not supported yet)",
+                      validator=kconfig.one_of("controller", "broker")),
+    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
+                      doc="the controller voter set, id@host:port,..."),
+    kconfig.ConfigKey(name="listeners", type=_L, default=None, required=True,
+                      doc="NAME://host:port,...; the first is served and registered"),
+    kconfig.ConfigKey(name="advertised.listeners", type=_L, default=None,
+                      doc="NAME://host:port,... registered for clients and other brokers "
+                          "(default: listeners)"),
+    kconfig.ConfigKey(name="log.dirs", type=_L, default=None, required=True,
+                      doc="directories holding partition logs, each formatted"),
+    kconfig.ConfigKey(name="metadata.log.dir", type=_S, default=None,
+                      doc="directory holding __cluster_metadata-0; default: first of log.dirs"),
+    kconfig.ConfigKey(name="broker.rack", type=_S, default="", doc="this broker's rack"),
+    kconfig.ConfigKey(name="broker.heartbeat.interval.ms", type=_I, default=2000,
+                      validator=kconfig.at_least(1), doc="ms between broker heartbeats"),
+    kconfig.ConfigKey(name="broker.session.timeout.ms", type=_I, default=9000,
+                      validator=kconfig.at_least(1),
+                      doc="bound, in ms, of the controlled shutdown wait"),
+    kconfig.ConfigKey(name="replica.lag.time.max.ms", type=_I,
+                      default=partition_mod.DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+                      validator=kconfig.at_least(0),
+                      doc="ms a follower may lag before leaving the ISR"),
+    kconfig.ConfigKey(name="min.insync.replicas", type=_I,
+                      default=partition_mod.DEFAULT_MIN_INSYNC_REPLICAS,
+                      validator=kconfig.at_least(1),
+                      doc="default min.insync.replicas of topics that set none"),
+    kconfig.ConfigKey(name="message.max.bytes", type=_I,
+                      default=partition_mod.DEFAULT_MAX_MESSAGE_BYTES,
+                      validator=kconfig.at_least(0), doc="largest batch accepted, bytes"),
+    kconfig.ConfigKey(name="replica.fetch.backoff.ms", type=_I, default=_FETCH.fetch_backoff_ms,
+                      validator=kconfig.at_least(0), doc="ms a fetcher waits after an error"),
+    kconfig.ConfigKey(name="replica.fetch.max.bytes", type=_I, default=_FETCH.fetch_max_bytes,
+                      validator=kconfig.at_least(1), doc="bytes per partition per fetch"),
+    kconfig.ConfigKey(name="replica.fetch.response.max.bytes", type=_I,
+                      default=_FETCH.fetch_response_max_bytes, validator=kconfig.at_least(1),
+                      doc="bytes per follower fetch response"),
+    kconfig.ConfigKey(name="replica.fetch.wait.max.ms", type=_I,
+                      default=_FETCH.fetch_wait_max_ms, validator=kconfig.at_least(0),
+                      doc="ms the leader may hold a follower's fetch"),
+    kconfig.ConfigKey(name="replica.fetch.min.bytes", type=_I, default=_FETCH.fetch_min_bytes,
+                      validator=kconfig.at_least(0), doc="bytes a follower's fetch waits for"),
+    kconfig.ConfigKey(name="replica.high.watermark.checkpoint.interval.ms", type=_I,
+                      default=5000, validator=kconfig.at_least(1),
+                      doc="ms between replication-offset-checkpoint writes"),
+    kconfig.ConfigKey(name="inter.broker.listener.name", type=_S, default="PLAINTEXT",
+                      doc="the listener brokers fetch from each other on, and clients are "
+                          "given in Metadata"),
+    kconfig.ConfigKey(name="controller.listener.names", type=_L, default=["CONTROLLER"],
+                      doc="the controllers' listener names (accepted for Kafka compatibility)"),
+    kconfig.ConfigKey(name="listener.security.protocol.map", type=_L, default=None,
+                      doc="NAME:PROTOCOL,...; only PLAINTEXT is supported"),
+    kconfig.ConfigKey(name="default.replication.factor", type=_I, default=None,
+                      doc="used by the controller; accepted so one file serves both roles"),
+    kconfig.ConfigKey(name="num.partitions", type=_I, default=None,
+                      doc="used by the controller; accepted so one file serves both roles"),
+    kconfig.ConfigKey(name="log.segment.bytes", type=_I, default=LogConfig().segment_bytes,
+                      validator=kconfig.at_least(1), doc="segment size, bytes"),
+    kconfig.ConfigKey(name="log.retention.ms", type=_LONG, default=LogConfig().retention_ms,
+                      doc="ms after which segments are deleted; -1 = keep forever"),
+    kconfig.ConfigKey(name="log.retention.bytes", type=_LONG, default=-1,
+                      doc="bytes a partition log may hold before its oldest segments go; "
+                          "-1 = no limit"),
+    kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
+                      validator=kconfig.at_least(1), doc="ms between retention passes"),
+    kconfig.ConfigKey(name="kraftlog.log.level", type=_S, default="INFO",
+                      validator=kconfig.one_of(*log_setup.LEVELS),
+                      doc="log level (--log-level wins)"),
+    kconfig.ConfigKey(name="kraftlog.log.format", type=_S, default="text",
+                      validator=kconfig.one_of(*log_setup.FORMATS),
+                      doc="log format: text or json (--log-format wins)"),
+])
+
+# The raft observer's timeouts share the controllers' keys (controller.quorum.*).
+for _name, _key in raft_commands.CONTROLLER_CONFIG.keys().items():
+    if _name.startswith("controller.quorum.") and _name != "controller.quorum.voters":
+        BROKER_CONFIG.define(_key)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# -- configuration and storage ------------------------------------------------------------------
+
+def parse_listeners(entries: list[str]) -> list[common_pb2.Endpoint]:
+    endpoints = []
+    for entry in entries:
+        name, sep, address = entry.partition("://")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not port.isdigit() or not 0 < int(port) < 65536:
+            raise errors.ConfigError(f"listeners entry {entry!r} is not NAME://host:port")
+        endpoints.append(common_pb2.Endpoint(host=host, port=int(port), listener_name=name,
+                                             security_protocol="PLAINTEXT"))
+    if not endpoints:
+        raise errors.ConfigError("listeners is empty")
+    return endpoints
+
+
+def check_log_dir(directory: pathlib.Path, node_id: int, cluster_id: str | None
+                  ) -> meta_properties.MetaProperties:
+    props = meta_properties.read(directory)
+    if props is None:
+        raise errors.ConfigError(
+            f"log directory {directory} is not formatted (no meta.properties); run "
+            f"'kraftlog storage format --cluster-id ID --node-id {node_id} "
+            f"--data-dir {directory}' first")
+    if props.node_id != node_id:
+        raise errors.InconsistentStorageError(
+            f"{meta_properties.properties_path(directory)} is for node.id {props.node_id}, "
+            f"but this process is node.id {node_id}")
+    if cluster_id is not None and props.cluster_id != cluster_id:
+        raise errors.InconsistentStorageError(
+            f"{meta_properties.properties_path(directory)} is for cluster {props.cluster_id}, "
+            f"the metadata log dir for {cluster_id}")
+    return props
+
+
+class LocalLogs:
+    """The replicas' logs in ``log.dirs`` (the reconciler's :class:`~.reconciler.ReplicaStore`)."""
+
+    def __init__(self, *, broker_id: int, log_dirs: list[pathlib.Path], log_config: LogConfig,
+                 partition_config: partition_mod.PartitionConfig,
+                 image: Callable[[], im.MetadataImage]) -> None:
+        self.broker_id = broker_id
+        self.log_dirs = log_dirs
+        self.log_config = log_config
+        self.partition_config = partition_config
+        self._image = image
+        self._recovered: dict[TopicPartition, tuple[storage_log.Log,
+                                                    leader_epoch.LeaderEpochFileCache]] = {}
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._dir_of: dict[TopicPartition, pathlib.Path] = {}
+
+    def recover_all(self) -> None:
+        """Open (and recover) every partition log found, before the broker serves anything."""
+        started = time.monotonic()
+        for log_dir in self.log_dirs:
+            self._high_watermarks.update(
+                checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).read())
+            for child in sorted(log_dir.iterdir()):
+                if not child.is_dir() or child.name.startswith("__cluster_metadata"):
+                    continue
+                try:
+                    tp = parse_dir_name(child.name)
+                except ValueError:
+                    continue
+                logger.info("broker=%d partition=%s event=log_recovery state=RECOVERY dir=%s",
+                            self.broker_id, tp, child)
+                self._recovered[tp] = self._open_log(child)
+                self._dir_of[tp] = log_dir
+        logger.info("broker=%d event=logs_recovered count=%d elapsed_ms=%d", self.broker_id,
+                    len(self._recovered), (time.monotonic() - started) * 1000)
+
+    def _open_log(self, directory: pathlib.Path
+                  ) -> tuple[storage_log.Log, leader_epoch.LeaderEpochFileCache]:
+        directory.mkdir(parents=True, exist_ok=True)
+        cache = leader_epoch.LeaderEpochFileCache(directory / "leader-epoch-checkpoint")
+        log = storage_log.Log.open(directory, self.log_config, now_ms=wall_ms(), epoch_cache=cache)
+        return log, cache
+
+    def _config_for(self, topic: str) -> partition_mod.PartitionConfig:
+        configs = self._image().configs.topic_configs(topic)
+        value = configs.get("min.insync.replicas")
+        if value is None or not value.isdigit() or int(value) < 1:
+            return self.partition_config
+        return partition_mod.PartitionConfig(
+            replica_lag_time_max_ms=self.partition_config.replica_lag_time_max_ms,
+            min_insync_replicas=int(value),
+            max_message_bytes=self.partition_config.max_message_bytes)
+
+    def open_partition(self, info: im.PartitionInfo) -> partition_mod.Partition:
+        tp = TopicPartition(topic=info.topic_name, partition=info.partition_id)
+        opened = self._recovered.pop(tp, None)
+        if opened is None:
+            # A new replica goes to the directory holding the fewest (Kafka's default policy).
+            counts = {d: 0 for d in self.log_dirs}
+            for d in self._dir_of.values():
+                counts[d] = counts.get(d, 0) + 1
+            log_dir = min(self.log_dirs, key=lambda d: counts[d])
+            opened = self._open_log(log_dir / tp.dir_name)
+            self._dir_of[tp] = log_dir
+        log, cache = opened
+        return partition_mod.Partition(
+            info.topic_id, info.topic_name, info.partition_id, log, epoch_cache=cache,
+            local_broker_id=self.broker_id, config=self._config_for(info.topic_name),
+            high_watermark=self._high_watermarks.pop(tp, 0),
+            is_replica_isr_eligible=self._is_replica_isr_eligible)
+
+    def _is_replica_isr_eligible(self, replica_id: int) -> bool:
+        # KIP-841: only registered, unfenced brokers not shutting down may join an ISR.
+        return self._image().cluster.is_active(replica_id)
+
+    def delete_partition(self, partition: partition_mod.Partition) -> None:
+        tp = partition.topic_partition
+        directory = pathlib.Path(partition.log.directory)
+        partition.log.close()
+        # Kafka renames to <dir>.<id>-delete first, so a crash mid-delete is not a live log.
+        doomed = directory.with_name(f"{directory.name}.{random_uuid()}-delete")
+        os.replace(directory, doomed)
+        shutil.rmtree(doomed)
+        self._dir_of.pop(tp, None)
+
+    def write_checkpoints(self, high_watermarks: dict[TopicPartition, int]) -> None:
+        for log_dir in self.log_dirs:
+            mine = {tp: hw for tp, hw in high_watermarks.items() if self._dir_of.get(tp) == log_dir}
+            checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).write(mine)
+
+    def close(self, partitions: list[partition_mod.Partition]) -> None:
+        for partition in partitions:
+            partition.log.close()
+        for log, _cache in self._recovered.values():
+            log.close()
+        self._recovered.clear()
+
+
+# -- the process --------------------------------------------------------------------------------
+
+class _Publisher:
+    """MetadataPublisher: reconcile, then move the fetchers; runs in the raft driver's task."""
+
+    def __init__(self, reconciler: rc.Reconciler, fetchers: fetcher_driver.ReplicaFetcherManager,
+                 data: server.DataPlane, on_image: Callable[[], None],
+                 tracer: trace.Tracer) -> None:
+        self.reconciler = reconciler
+        self.fetchers = fetchers
+        self.data = data
+        self._on_image = on_image
+        self._tracer = tracer
+
+    def on_metadata_update(self, delta: dl.MetadataDelta, image: im.MetadataImage) -> None:
+        result = self.reconciler.apply_delta(delta, image, now_ms=wall_ms())
+        self.apply(result)
+        self._on_image()
+
+    def reconcile_all(self, image: im.MetadataImage) -> None:
+        self.apply(self.reconciler.reconcile_all(image, now_ms=wall_ms()))
+
+    def apply(self, result: rc.ReconcileResult) -> None:
+        if result.empty:
+            return
+        self.fetchers.apply(result)
+        self.data.dispatch()
+        self._trace(result)
+
+    def _trace(self, result: rc.ReconcileResult) -> None:
+        """One span per partition leader change seen here (DESIGN §3: every leader change)."""
+        manager = self.reconciler.manager
+        changes = [("partition.become_leader", tp) for tp in result.became_leader]
+        changes += [("partition.become_follower", tp) for tp in result.became_follower]
+        changes += [("partition.replica_deleted", tp) for tp in result.deleted]
+        for name, tp in changes:
+            partition = manager.get_partition(tp)
+            attributes: dict[str, Any] = {"kraftlog.node.id": self.reconciler.broker_id,
+                                          "kraftlog.partition": str(tp)}
+            if partition is not None:
+                attributes.update({"partition.leader_id": partition.leader_id,
+                                   "partition.leader_epoch": partition.leader_epoch,
+                                   "partition.epoch": partition.partition_epoch,
+                                   "partition.isr": sorted(partition.isr),
+                                   "partition.log_end_offset": partition.log_end_offset,
+                                   "partition.high_watermark": partition.high_watermark})
+            self._tracer.start_span(name, attributes=attributes).end()
+
+
+async def serve(cfg: kconfig.Config) -> int:
+    node_id = cfg.get_int("node.id")
+    if "broker" not in cfg.get_list("process.roles"):
+        raise errors.ConfigError("process.roles must contain 'broker' for 'kraftlog broker'")
+    voters = parse_voters(cfg.get_str("controller.quorum.voters"))
+    if node_id in voters:
+        raise errors.ConfigError(f"node.id {node_id} is a controller voter; a broker must use "
+                                 "an id outside controller.quorum.voters")
+    listeners = parse_listeners(cfg.get_list("listeners"))
+    advertised = parse_listeners(cfg.get_list("advertised.listeners") or cfg.get_list("listeners"))
+    log_dirs = [pathlib.Path(d) for d in cfg.get_list("log.dirs")]
+    meta_dir = pathlib.Path(cfg.get_str("metadata.log.dir") or log_dirs[0])
+    cluster_id = raft_commands.check_storage(meta_dir, node_id)
+    dir_ids = [p.directory_id for d in log_dirs
+               if (p := check_log_dir(d, node_id, cluster_id)).directory_id is not None]
+    partition_dir = meta_dir / raft_commands.METADATA_PARTITION_DIR
+    store = qss.FileQuorumStateStore(partition_dir / qss.QUORUM_STATE_FILE_NAME,
+                                     cluster_id=cluster_id)
+    store.read()  # a corrupt file refuses before anything starts
+    raft_log = StorageRaftLog.open(partition_dir, clock_ms=wall_ms)
+    try:
+        tracer = tracing.setup_tracing(role="broker", node_id=node_id)
+        try:
+            return await _run(cfg, node_id=node_id, voters=voters, cluster_id=cluster_id,
+                              listeners=listeners, advertised=advertised, log_dirs=log_dirs,
+                              dir_ids=dir_ids, raft_log=raft_log, store=store, tracer=tracer)
+        finally:
+            tracer.shutdown()  # flushes the spans still buffered
+    finally:
+        raft_log.close()
+
+
+async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], cluster_id: str,
+               listeners: list[common_pb2.Endpoint], advertised: list[common_pb2.Endpoint],
+               log_dirs: list[pathlib.Path], dir_ids: list[Uuid], raft_log: StorageRaftLog,
+               store: qss.FileQuorumStateStore, tracer: tracing.Tracing) -> int:
+    listener_name = cfg.get_str("inter.broker.listener.name")
+    if listener_name not in {e.listener_name for e in advertised}:
+        raise errors.ConfigError(f"inter.broker.listener.name {listener_name} is not among the "
+                                 f"advertised listeners "
+                                 f"{sorted(e.listener_name for e in advertised)}")
+    loader = ld.MetadataLoader(decode=record_convert.decode)
+    manager = rm.ReplicaManager(broker_id=node_id)
+    health = grpc_health.aio.HealthServicer()
+    health_changed = asyncio.Event()
+    alter_wakeup = asyncio.Event()
+    data = server.DataPlane(manager, now_ms=wall_ms, on_alter_partition=alter_wakeup.set)
+    partition_config = partition_mod.PartitionConfig(
+        replica_lag_time_max_ms=cfg.get_int("replica.lag.time.max.ms"),
+        min_insync_replicas=cfg.get_int("min.insync.replicas"),
+        max_message_bytes=cfg.get_int("message.max.bytes"))
+    logs = LocalLogs(broker_id=node_id, log_dirs=log_dirs,
+                     log_config=LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
+                                          retention_ms=cfg.get_int("log.retention.ms"),
+                                          retention_bytes=cfg.get_int("log.retention.bytes")),
+                     partition_config=partition_config, image=lambda: loader.image)
+    logs.recover_all()
+    reconciler = rc.Reconciler(broker_id=node_id, manager=manager, store=logs)
+
+    settings = raft_commands.raft_config(cfg)
+    client = controller_client.ControllerClient(
+        voters, raft_leader=lambda: loader.leader_id,
+        request_timeout_ms=settings.request_timeout_ms)
+    lifecycle = controller_client.BrokerLifecycle(
+        client, broker_id=node_id, cluster_id=cluster_id, incarnation_id=random_uuid(),
+        listeners=advertised, rack=cfg.get_str("broker.rack"), log_dir_ids=dir_ids,
+        heartbeat_interval_ms=cfg.get_int("broker.heartbeat.interval.ms"),
+        metadata_offset=lambda: loader.image.provenance.last_offset,
+        on_change=health_changed.set)
+
+    def endpoint_of(broker_id: int) -> str | None:
+        broker = loader.image.cluster.broker(broker_id)
+        endpoint = broker.endpoint(listener_name) if broker is not None else None
+        return None if endpoint is None else f"{endpoint.host}:{endpoint.port}"
+
+    fetchers = fetcher_driver.ReplicaFetcherManager(
+        broker_id=node_id, manager=manager, data=data, endpoint=endpoint_of,
+        broker_epoch=lambda: lifecycle.broker_epoch, config=fetcher_driver.FetcherConfig(
+            fetch_backoff_ms=cfg.get_int("replica.fetch.backoff.ms"),
+            fetch_max_bytes=cfg.get_int("replica.fetch.max.bytes"),
+            fetch_response_max_bytes=cfg.get_int("replica.fetch.response.max.bytes"),
+            fetch_wait_max_ms=cfg.get_int("replica.fetch.wait.max.ms"),
+            fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes")))
+    publisher = _Publisher(reconciler, fetchers, data, on_image=health_changed.set,
+                           tracer=tracer.tracer)
+    loader.add_publisher(publisher)
+    raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
+                             config=settings, log=raft_log, store=store, listener=loader,
+                             channel_interceptors=(
+                                 grpc_tracing.client_interceptors(tracer.tracer)
+                                 if tracer.enabled else ()))
+
+    grpc_server: Any = grpc.aio.server(
+        options=transport.server_options(),
+        interceptors=list(grpc_tracing.server_interceptors(tracer.tracer))
+        if tracer.enabled else None)
+    servicer = server.BrokerServicer(data, broker_id=node_id, cluster_id=cluster_id,
+                                     image=lambda: loader.image,
+                                     controller_id=lambda: loader.leader_id,
+                                     listener_name=listener_name,
+                                     log_dirs=[str(d) for d in log_dirs],
+                                     ready=lambda: lifecycle.ready)
+    server.add_to_server(servicer, grpc_server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, grpc_server)
+    listen = f"{listeners[0].host or '0.0.0.0'}:{listeners[0].port}"
+    try:
+        grpc_server.add_insecure_port(listen)
+    except RuntimeError as exc:
+        raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
+    await grpc_server.start()
+    for service in ("", BROKER_SERVICE_NAME):
+        await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health.set(LIVENESS_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    data.start()
+    raft.start()
+    lifecycle.start()
+    logger.info("broker=%d event=started listener=%s cluster_id=%s voters=%s pid=%d", node_id,
+                listen, cluster_id, ",".join(f"{v}@{e}" for v, e in sorted(voters.items())),
+                os.getpid())
+
+    async def publish_health() -> None:
+        serving: bool | None = None
+        while True:
+            await health_changed.wait()
+            health_changed.clear()
+            now_serving = lifecycle.ready
+            if now_serving != serving:
+                serving = now_serving
+                code = (health_pb2.HealthCheckResponse.SERVING if serving
+                        else health_pb2.HealthCheckResponse.NOT_SERVING)
+                for service in ("", BROKER_SERVICE_NAME):
+                    await health.set(service, code)
+                logger.info("broker=%d event=health serving=%s broker_epoch=%d "
+                            "metadata_offset=%d", node_id, serving, lifecycle.broker_epoch,
+                            loader.image.provenance.last_offset)
+
+    async def send_alter_partitions() -> None:
+        while True:
+            await alter_wakeup.wait()
+            alter_wakeup.clear()
+            requests = manager.take_alter_partition_requests()
+            if requests:
+                await _alter_partitions(client, manager, lifecycle, requests, tracer.tracer)
+                data.dispatch()
+
+    async def periodic() -> None:
+        interval_s = cfg.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000
+        retention_s = cfg.get_int("log.retention.check.interval.ms") / 1000
+        last_reconcile = last_retention = time.monotonic()
+        while True:
+            await asyncio.sleep(min(interval_s, retention_s))
+            logs.write_checkpoints(manager.high_watermarks())
+            now = time.monotonic()
+            if now - last_reconcile >= RECONCILE_INTERVAL_S:
+                last_reconcile = now
+                publisher.reconcile_all(loader.image)
+            if now - last_retention >= retention_s:
+                last_retention = now
+                for partition in list(manager.partitions.values()):
+                    # Never past the high watermark: followers may still need the data.
+                    partition.log.delete_old_segments(
+                        wall_ms(), high_watermark=partition.high_watermark)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [loop.create_task(publish_health(), name="broker-health"),
+             loop.create_task(send_alter_partitions(), name="broker-alter-partition"),
+             loop.create_task(periodic(), name="broker-periodic"),
+             loop.create_task(data.wait(), name="broker-data-plane"),
+             loop.create_task(lifecycle.wait(), name="broker-lifecycle")]
+    stop_task = loop.create_task(stop.wait(), name="broker-stop-signal")
+    raft_task = loop.create_task(raft.wait(), name="broker-raft-wait")
+    exit_code = 0
+    try:
+        done, _ = await asyncio.wait({stop_task, raft_task, *tasks},
+                                     return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in (raft_task, *tasks)
+                  if t in done and not t.cancelled() and t.exception() is not None]
+        if failed:
+            exit_code = 1
+            print(f"kraftlog: error: broker task {failed[0].get_name()} failed: "
+                  f"{failed[0].exception()}", file=sys.stderr)
+        else:
+            timeout_s = cfg.get_int("broker.session.timeout.ms") / 1000
+            done_ok = await lifecycle.controlled_shutdown(timeout_s)
+            logger.info("broker=%d event=controlled_shutdown completed=%s", node_id, done_ok)
+    finally:
+        await health.enter_graceful_shutdown()
+        await lifecycle.stop()
+        await fetchers.stop()
+        await data.stop()
+        await raft.stop(graceful=False)
+        for task in (*tasks, stop_task, raft_task):
+            task.cancel()
+        await asyncio.gather(*tasks, stop_task, raft_task, return_exceptions=True)
+        await client.close()
+        await grpc_server.stop(SHUTDOWN_GRACE_S)
+        logs.write_checkpoints(manager.high_watermarks())
+        logs.close(list(manager.partitions.values()))
+    return exit_code
+
+
+async def _alter_partitions(client: controller_client.ControllerClient,
+                            manager: rm.ReplicaManager,
+                            lifecycle: controller_client.BrokerLifecycle,
+                            requests: list[partition_mod.AlterPartitionRequest],
+                            tracer: trace.Tracer) -> None:
+    """Send ISR proposals to the controller; feed each answer back to its partition."""
+    by_topic: dict[Uuid, controller_pb2.AlterPartitionRequest.TopicData] = {}
+    for request in requests:
+        topic = by_topic.get(request.topic_id)
+        if topic is None:
+            topic = by_topic[request.topic_id] = controller_pb2.AlterPartitionRequest.TopicData(
+                topic_id=server.uuid_to_proto(request.topic_id))
+        topic.partitions.append(controller_pb2.AlterPartitionRequest.PartitionData(
+            partition_index=request.partition_index, leader_epoch=request.leader_epoch,
+            partition_epoch=request.partition_epoch, new_isr_with_epochs=[
+                controller_pb2.AlterPartitionRequest.BrokerState(broker_id=b, broker_epoch=-1)
+                for b in request.new_isr]))
+    message = controller_pb2.AlterPartitionRequest(
+        broker_id=lifecycle.broker_id, broker_epoch=lifecycle.broker_epoch,
+        topics=list(by_topic.values()))
+    with tracer.start_as_current_span("partition.alter_partition", attributes={
+            "kraftlog.node.id": lifecycle.broker_id,
+            "kraftlog.partitions": [f"{r.topic}-{r.partition_index}" for r in requests],
+            "partition.new_isrs": [",".join(map(str, r.new_isr)) for r in requests]}) as span:
+        try:
+            answer = await client.call(
+                "AlterPartition", message,
+                deadline_s=time.monotonic() + client.request_timeout_ms / 1000)
+        except TimeoutError:
+            answer = None
+        span.set_attribute("kraftlog.error", "REQUEST_TIMED_OUT" if answer is None
+                           else ErrorCode(answer.error.code).name)
+    results: dict[tuple[Uuid, int], Any] = {}
+    top_error = ErrorCode.REQUEST_TIMED_OUT if answer is None else ErrorCode(answer.error.code)
+    if answer is not None:
+        for topic_answer in answer.topics:
+            topic_id = server.uuid_from_proto(topic_answer.topic_id)
+            for part in topic_answer.partitions:
+                results[(topic_id, part.partition_index)] = part
+    now_ms = wall_ms()
+    for request in requests:
+        part = results.get((request.topic_id, request.partition_index))
+        if part is None:
+            error = top_error if top_error is not ErrorCode.NONE else ErrorCode.UNKNOWN_SERVER_ERROR
+            manager.handle_alter_partition_response(request, error=error, result=None,
+                                                    now_ms=now_ms)
+            continue
+        code = ErrorCode(part.error.code)
+        result = None if code is not ErrorCode.NONE else partition_mod.LeaderAndIsr(
+            leader_id=part.leader_id, leader_epoch=part.leader_epoch, isr=tuple(part.isr),
+            partition_epoch=part.partition_epoch)
+        outcome = manager.handle_alter_partition_response(request, error=code, result=result,
+                                                          now_ms=now_ms)
+        logger.info("broker=%d partition=%s-%d event=alter_partition_answer error=%s isr=%s "
+                    "applied=%s retry=%s", lifecycle.broker_id, request.topic,
+                    request.partition_index, code.name, list(part.isr), outcome.applied,
+                    outcome.retry)
+
+
+def run_broker(args: argparse.Namespace) -> int:
+    cfg = kconfig.load(BROKER_CONFIG, args.config, list(args.override or ()))
+    log_setup.configure(level=args.log_level or cfg.get_str("kraftlog.log.level"),
+                        log_format=args.log_format or cfg.get_str("kraftlog.log.format"))
+    logging.getLogger("kraftlog.raft.consensus").setLevel(logging.WARNING)
+    for key in cfg.unused():
+        logger.warning("event=unused_config key=%s", key)
+    return asyncio.run(serve(cfg))

@@ -1,0 +1,222 @@
+"""The broker's reconciler: metadata deltas in, local replicas converged (pure core).
+
+Owns the decision of what this broker does with its replicas when the metadata
+log moves (KIP-500: nothing is pushed, the broker converges on the image, like
+a Kubernetes operator on its spec). On every delta it takes
+``TopicsDelta.local_changes(broker_id)`` and:
+
+* creates the replica (log + :class:`~kraftlog.broker.partition.Partition`) of a
+  partition newly assigned here: NonExistentReplica -> NewReplica -> OnlineReplica;
+* makes it leader (the fetcher for it stops) or follower (the fetcher restarts
+  from the new leader when the leader or leader epoch changed); a stale delta
+  (leader or partition epoch below ours) is ignored by the partition itself,
+  the LeaderAndIsr epoch fencing of seed 001;
+* deletes a replica the metadata removed (topic deleted or reassigned away):
+  OnlineReplica -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
+  -> NonExistentReplica, or ReplicaDeletionIneligible when the log cannot be
+  removed (retried by the next full reconcile). Only the metadata decides: a
+  replica still assigned is never deleted.
+
+:meth:`Reconciler.reconcile_all` compares the whole image with local state
+(level-triggered: run periodically and after a snapshot load) and converges the
+same way.
+
+Callers: the broker process's metadata publisher (:mod:`kraftlog.broker.process`),
+which then starts and stops replica fetchers as :class:`ReconcileResult` says.
+Log creation and deletion are injected (:class:`ReplicaStore`), so this module does
+no I/O of its own. Must not: import asyncio, grpc, protobuf or a clock; talk to the
+network. Single-threaded: one owner calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import replica_manager as rm
+from kraftlog.metadata import delta as dl
+from kraftlog.metadata import image as im
+from kraftlog.metadata.records import NO_LEADER
+from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.storage.uuid import Uuid
+
+logger = logging.getLogger(__name__)
+
+ReplicaState = rm.ReplicaState
+
+
+class ReplicaStore(Protocol):
+    """Where replicas' logs live (the process implements it over the log directories)."""
+
+    def open_partition(self, info: im.PartitionInfo) -> partition_mod.Partition:
+        """Open (creating or recovering) the log of ``info`` and wrap it in a Partition."""
+        ...
+
+    def delete_partition(self, partition: partition_mod.Partition) -> None:
+        """Close and remove the replica's log directory; raises OSError when it cannot."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchTarget:
+    """A followed partition: fetch it from ``leader_id`` at ``leader_epoch``."""
+
+    topic_partition: TopicPartition
+    topic_id: Uuid
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(slots=True, kw_only=True)
+class ReconcileResult:
+    """What the driver must do to the replica fetchers after one reconcile."""
+
+    start_fetching: list[FetchTarget] = field(default_factory=list)
+    """(Re)start these, replacing any current fetch of the same partition."""
+    stop_fetching: list[TopicPartition] = field(default_factory=list)
+    created: list[TopicPartition] = field(default_factory=list)
+    deleted: list[TopicPartition] = field(default_factory=list)
+    became_leader: list[TopicPartition] = field(default_factory=list)
+    became_follower: list[TopicPartition] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.start_fetching or self.stop_fetching or self.created or self.deleted
+                    or self.became_leader or self.became_follower)
+
+
+def _tp(info: im.PartitionInfo) -> TopicPartition:
+    return TopicPartition(topic=info.topic_name, partition=info.partition_id)
+
+
+class Reconciler:
+    """Converges broker ``broker_id``'s replicas on the metadata image. See the module docstring."""
+
+    def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, store: ReplicaStore) -> None:
+        self.broker_id = broker_id
+        self.manager = manager
+        self.store = store
+        self.image: im.MetadataImage = im.EMPTY
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def apply_delta(self, delta: dl.MetadataDelta, image: im.MetadataImage, *,
+                    now_ms: int) -> ReconcileResult:
+        """Converge on what ``delta`` changed for this broker (the loader's publication)."""
+        self.image = image
+        topics = delta.topics_delta
+        if topics is None:
+            return ReconcileResult()
+        changes = topics.local_changes(self.broker_id)
+        return self._apply(deletes=changes.deletes, assigned=changes.leaders + changes.followers,
+                           now_ms=now_ms)
+
+    def reconcile_all(self, image: im.MetadataImage, *, now_ms: int) -> ReconcileResult:
+        """Level-triggered pass: every replica the image assigns here, and every local one it
+        no longer assigns (or whose topic id changed: a deleted and re-created topic)."""
+        self.image = image
+        assigned = list(image.topics.partitions_on_broker(self.broker_id))
+        wanted = {(_tp(info), info.topic_id) for info in assigned}
+        deletes: list[im.PartitionInfo] = []
+        for tp, partition in list(self.manager.partitions.items()):
+            if (tp, partition.topic_id) in wanted:
+                continue
+            state = self.manager.replica_state(tp)
+            if state is ReplicaState.REPLICA_DELETION_STARTED:
+                continue
+            deletes.append(im.PartitionInfo(
+                topic_id=partition.topic_id, topic_name=tp.topic, partition_id=tp.partition,
+                registration=im.PartitionRegistration(replicas=partition.replicas, isr=(),
+                                                      leader=partition.leader_id)))
+        return self._apply(deletes=tuple(deletes), assigned=tuple(assigned), now_ms=now_ms)
+
+    # -- convergence -----------------------------------------------------------------------------
+
+    def _apply(self, *, deletes: Iterable[im.PartitionInfo], assigned: Iterable[im.PartitionInfo],
+               now_ms: int) -> ReconcileResult:
+        result = ReconcileResult()
+        for info in deletes:
+            self._delete(info, result)
+        for info in assigned:
+            self._converge(info, result, now_ms)
+        return result
+
+    def _delete(self, info: im.PartitionInfo, result: ReconcileResult) -> None:
+        tp = _tp(info)
+        partition = self.manager.get_partition(tp)
+        if partition is None or partition.topic_id != info.topic_id:
+            return
+        manager = self.manager
+        result.stop_fetching.append(tp)
+        state = manager.replica_state(tp)
+        if state is not ReplicaState.OFFLINE_REPLICA:
+            if state is ReplicaState.REPLICA_DELETION_STARTED:
+                manager.transition_replica(tp, ReplicaState.REPLICA_DELETION_INELIGIBLE)
+            manager.transition_replica(tp, ReplicaState.OFFLINE_REPLICA)
+        manager.transition_replica(tp, ReplicaState.REPLICA_DELETION_STARTED)
+        try:
+            self.store.delete_partition(partition)
+        except OSError as exc:
+            logger.error("broker=%d partition=%s event=replica_deletion_failed error=%r",
+                         self.broker_id, tp, str(exc))
+            manager.transition_replica(tp, ReplicaState.REPLICA_DELETION_INELIGIBLE)
+            return
+        manager.transition_replica(tp, ReplicaState.REPLICA_DELETION_SUCCESSFUL)
+        manager.remove_partition(tp)
+        result.deleted.append(tp)
+
+    def _converge(self, info: im.PartitionInfo, result: ReconcileResult, now_ms: int) -> None:
+        tp = _tp(info)
+        registration = info.registration
+        if self.broker_id not in registration.replicas:
+            return
+        partition = self.manager.get_partition(tp)
+        if partition is not None and partition.topic_id != info.topic_id:
+            # The topic was deleted and re-created under the same name: the old replica goes.
+            self._delete(im.PartitionInfo(
+                topic_id=partition.topic_id, topic_name=tp.topic, partition_id=tp.partition,
+                registration=registration), result)
+            partition = self.manager.get_partition(tp)
+            if partition is not None:
+                return  # deletion failed; retried by the next full reconcile
+        if partition is None:
+            partition = self.store.open_partition(info)
+            self.manager.add_partition(partition)
+            result.created.append(tp)
+        if self.manager.replica_state(tp) is ReplicaState.NEW_REPLICA:
+            self.manager.transition_replica(tp, ReplicaState.ONLINE_REPLICA)
+        if self.manager.replica_state(tp) is not ReplicaState.ONLINE_REPLICA:
+            return
+        if registration.leader == self.broker_id:
+            was_leader = partition.is_leader
+            self.manager.make_leader(tp, leader_epoch=registration.leader_epoch,
+                                     partition_epoch=registration.partition_epoch,
+                                     replicas=registration.replicas, isr=registration.isr,
+                                     now_ms=now_ms)
+            if partition.is_leader and not was_leader:
+                result.stop_fetching.append(tp)
+                result.became_leader.append(tp)
+            return
+        if (not partition.is_leader and partition.leader_id == registration.leader
+                and partition.leader_epoch == registration.leader_epoch
+                and partition.partition_epoch == registration.partition_epoch
+                and partition.replicas == registration.replicas):
+            return  # already converged (a periodic full reconcile)
+        was_leader = partition.is_leader
+        restart = self.manager.make_follower(tp, leader_id=registration.leader,
+                                             leader_epoch=registration.leader_epoch,
+                                             partition_epoch=registration.partition_epoch,
+                                             replicas=registration.replicas)
+        if was_leader and not partition.is_leader:
+            result.became_follower.append(tp)
+        if partition.leader_id == NO_LEADER:
+            result.stop_fetching.append(tp)
+        elif restart:
+            result.start_fetching.append(FetchTarget(
+                topic_partition=tp, topic_id=info.topic_id, leader_id=partition.leader_id,
+                leader_epoch=partition.leader_epoch))
+            if not was_leader:
+                result.became_follower.append(tp)

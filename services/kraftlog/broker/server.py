@@ -1,0 +1,531 @@
+"""BrokerService over gRPC, and the asyncio owner of the broker's ReplicaManager.
+
+Owns :class:`DataPlane` — the one place the event loop touches the pure
+:class:`~kraftlog.broker.replica_manager.ReplicaManager`: produce and fetch calls,
+the futures of requests waiting in its purgatories (answered from
+``take_completed`` after every call), and the poll task that expires them and
+shrinks ISRs — and :class:`BrokerServicer`, which converts protobuf to the
+manager's values and back: Produce (acks 0 / 1 / -1), Fetch (consumers and
+followers, long-poll), ListOffsets, Metadata (from the metadata image) and DescribeLogDirs (size, log end,
+high watermark, leader epoch and replica state per replica), with
+an error per partition. Consumer fetches answer BROKER_NOT_AVAILABLE until the broker
+is registered, caught up and unfenced. A partition not hosted here but known to the image
+answers NOT_LEADER_OR_FOLLOWER with the leader's hint (KIP-951).
+
+OffsetForLeaderEpoch answers a leader's epoch end offsets (KIP-101/279).
+Not served yet: FetchStream, OffsetCommit,
+OffsetFetch (gRPC UNIMPLEMENTED).
+
+Callers: :mod:`kraftlog.broker.process` (wiring), the replica fetchers (through
+:meth:`DataPlane.dispatch` after follower appends). Edge module: asyncio, grpc,
+protobuf and the clock; no replication rule lives here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import purgatory
+from kraftlog.broker import replica_manager as rm
+from kraftlog.error_codes import ErrorCode
+from kraftlog.metadata import image as im
+from kraftlog.metadata.records import NO_LEADER
+from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.storage.uuid import ZERO_UUID, Uuid
+from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+
+logger = logging.getLogger(__name__)
+
+POLL_INTERVAL_MS = 50
+"""Upper bound between two purgatory / ISR-expiry polls."""
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+_MASK64 = (1 << 64) - 1
+
+
+_REPLICA_STATES = {
+    rm.ReplicaState.NEW_REPLICA: broker_pb2.REPLICA_STATE_NEW_REPLICA,
+    rm.ReplicaState.ONLINE_REPLICA: broker_pb2.REPLICA_STATE_ONLINE_REPLICA,
+    rm.ReplicaState.OFFLINE_REPLICA: broker_pb2.REPLICA_STATE_OFFLINE_REPLICA,
+    rm.ReplicaState.REPLICA_DELETION_STARTED: broker_pb2.REPLICA_STATE_REPLICA_DELETION_STARTED,
+    rm.ReplicaState.REPLICA_DELETION_SUCCESSFUL:
+        broker_pb2.REPLICA_STATE_REPLICA_DELETION_SUCCESSFUL,
+    rm.ReplicaState.REPLICA_DELETION_INELIGIBLE:
+        broker_pb2.REPLICA_STATE_REPLICA_DELETION_INELIGIBLE,
+    rm.ReplicaState.NON_EXISTENT_REPLICA: broker_pb2.REPLICA_STATE_NON_EXISTENT_REPLICA,
+}
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def uuid_to_proto(value: Uuid) -> common_pb2.Uuid:
+    return common_pb2.Uuid(most_significant_bits=value.most_significant_bits & _MASK64,
+                           least_significant_bits=value.least_significant_bits & _MASK64)
+
+
+def uuid_from_proto(value: common_pb2.Uuid) -> Uuid:
+    return Uuid.from_bits(value.most_significant_bits, value.least_significant_bits)
+
+
+def error_proto(code: ErrorCode, message: str = "") -> common_pb2.Error:
+    return common_pb2.Error(code=int(code), message=message)  # type: ignore[arg-type]
+
+
+class DataPlane:
+    """The ReplicaManager on the event loop. See the module docstring."""
+
+    def __init__(self, manager: rm.ReplicaManager, *, now_ms: Callable[[], int] = wall_ms,
+                 on_alter_partition: Callable[[], None] | None = None) -> None:
+        self.manager = manager
+        self._now_ms = now_ms
+        self._on_alter_partition = on_alter_partition
+        self._produces: dict[int, asyncio.Future[dict[TopicPartition,
+                                                      purgatory.ProducePartitionResponse]]] = {}
+        self._fetches: dict[int, asyncio.Future[dict[TopicPartition,
+                                                     rm.FetchPartitionResponse]]] = {}
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._poll_loop(),
+                                                            name="broker-data-plane-poll")
+
+    async def wait(self) -> None:
+        """Until the poll task ends; re-raises its failure (an invariant violation)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for produce in self._produces.values():
+            produce.cancel()
+        for fetch in self._fetches.values():
+            fetch.cancel()
+        self._produces.clear()
+        self._fetches.clear()
+
+    def dispatch(self) -> None:
+        """Answer what became answerable, and tell the AlterPartition sender to look."""
+        done = self.manager.take_completed()
+        for produce in done.produces:
+            future = self._produces.pop(produce.op_id, None)
+            if future is not None and not future.done():
+                future.set_result(produce.responses)
+        for fetch in done.fetches:
+            fetch_future = self._fetches.pop(fetch.op_id, None)
+            if fetch_future is not None and not fetch_future.done():
+                fetch_future.set_result(fetch.responses)
+        if self._on_alter_partition is not None:
+            self._on_alter_partition()
+
+    async def produce(self, entries: Mapping[TopicPartition, bytes], *, acks: int,
+                      timeout_ms: int) -> dict[TopicPartition, purgatory.ProducePartitionResponse]:
+        outcome = self.manager.append_records(entries, required_acks=acks, timeout_ms=timeout_ms,
+                                              now_ms=self._now_ms())
+        if outcome.delayed_op_id is None:
+            self.dispatch()
+            return outcome.responses
+        future: asyncio.Future[dict[TopicPartition, purgatory.ProducePartitionResponse]] = (
+            asyncio.get_running_loop().create_future())
+        self._produces[outcome.delayed_op_id] = future
+        self.dispatch()
+        self._wakeup.set()
+        return await future
+
+    async def fetch(self, params: purgatory.FetchParams,
+                    partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest]
+                    ) -> dict[TopicPartition, rm.FetchPartitionResponse]:
+        outcome = self.manager.fetch_messages(params, partitions, now_ms=self._now_ms())
+        if outcome.responses is not None:
+            self.dispatch()
+            return outcome.responses
+        assert outcome.delayed_op_id is not None
+        future: asyncio.Future[dict[TopicPartition, rm.FetchPartitionResponse]] = (
+            asyncio.get_running_loop().create_future())
+        self._fetches[outcome.delayed_op_id] = future
+        self.dispatch()
+        self._wakeup.set()
+        return await future
+
+    async def _poll_loop(self) -> None:
+        while True:
+            now_ms = self._now_ms()
+            self.manager.poll(now_ms)
+            self.dispatch()
+            deadline = self.manager.next_deadline_ms()
+            wait_ms = POLL_INTERVAL_MS if deadline is None else max(
+                0, min(POLL_INTERVAL_MS, deadline - now_ms))
+            self._wakeup.clear()
+            try:
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                pass
+
+
+class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
+    """BrokerService: protobuf in, the DataPlane, protobuf out."""
+
+    def __init__(self, data: DataPlane, *, broker_id: int, cluster_id: str,
+                 image: Callable[[], im.MetadataImage], controller_id: Callable[[], int],
+                 listener_name: str, log_dirs: Sequence[str] = (),
+                 ready: Callable[[], bool] = lambda: True) -> None:
+        self.data = data
+        self._ready = ready
+        self.log_dirs = [os.path.abspath(d) for d in log_dirs]
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self._image = image
+        self._controller_id = controller_id
+        self.listener_name = listener_name
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _leader_hint(self, tp: TopicPartition) -> common_pb2.LeaderHint:
+        """The leader the image names for ``tp`` (KIP-951), leader -1 when unknown."""
+        image = self._image()
+        topic = image.topics.get_topic_by_name(tp.topic)
+        registration = topic.partition(tp.partition) if topic is not None else None
+        if registration is None:
+            return common_pb2.LeaderHint(leader_id=NO_LEADER, leader_epoch=-1)
+        hint = common_pb2.LeaderHint(leader_id=registration.leader,
+                                     leader_epoch=registration.leader_epoch)
+        broker = image.cluster.broker(registration.leader)
+        endpoint = broker.endpoint(self.listener_name) if broker is not None else None
+        if endpoint is not None:
+            hint.endpoint.CopyFrom(common_pb2.Endpoint(
+                host=endpoint.host, port=endpoint.port, listener_name=endpoint.listener_name,
+                security_protocol=endpoint.security_protocol))
+        return hint
+
+    def _refine(self, tp: TopicPartition, error: ErrorCode, message: str
+                ) -> tuple[ErrorCode, str, common_pb2.LeaderHint | None]:
+        """UNKNOWN_TOPIC_OR_PARTITION of a partition the image knows is NOT_LEADER_OR_FOLLOWER."""
+        if error is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            topic = self._image().topics.get_topic_by_name(tp.topic)
+            if topic is not None and topic.partition(tp.partition) is not None:
+                return (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        f"broker {self.broker_id} does not host {tp}", self._leader_hint(tp))
+        if error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+            return error, message, self._leader_hint(tp)
+        return error, message, None
+
+    @staticmethod
+    def _tp(topic: str, partition: int) -> TopicPartition | None:
+        try:
+            return TopicPartition(topic=topic, partition=partition)
+        except ValueError:
+            return None
+
+    # -- Produce --------------------------------------------------------------------------------
+
+    async def Produce(self, request: broker_pb2.ProduceRequest, context: Any) -> Any:
+        entries: dict[TopicPartition, bytes] = {}
+        invalid: dict[tuple[str, int], str] = {}
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                tp = self._tp(topic.name, data.index)
+                if tp is None or tp in entries:
+                    invalid[(topic.name, data.index)] = (
+                        "invalid topic or partition" if tp is None else "partition given twice")
+                    continue
+                entries[tp] = data.records
+        results = await self.data.produce(entries, acks=request.acks,
+                                          timeout_ms=request.timeout_ms) if entries else {}
+        by_topic: dict[str, list[broker_pb2.ProduceResponse.PartitionProduceResponse]] = {}
+        for tp, result in results.items():
+            error, message, hint = self._refine(tp, result.error, result.error_message)
+            answer = broker_pb2.ProduceResponse.PartitionProduceResponse(
+                index=tp.partition, error=error_proto(error, message),
+                base_offset=result.base_offset, log_append_time_ms=result.log_append_time_ms,
+                log_start_offset=result.log_start_offset)
+            if hint is not None:
+                answer.current_leader.CopyFrom(hint)
+            by_topic.setdefault(tp.topic, []).append(answer)
+        for (name, index), message in invalid.items():
+            by_topic.setdefault(name, []).append(broker_pb2.ProduceResponse.PartitionProduceResponse(
+                index=index, error=error_proto(ErrorCode.INVALID_REQUEST, message),
+                base_offset=-1, log_append_time_ms=-1, log_start_offset=-1))
+        return broker_pb2.ProduceResponse(responses=[
+            broker_pb2.ProduceResponse.TopicProduceResponse(name=name, partition_responses=parts)
+            for name, parts in by_topic.items()])
+
+    # -- Fetch ----------------------------------------------------------------------------------
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> Any:
+        if request.replica_id < 0 and not self._ready():
+            # Consumers wait until this broker is registered, caught up and unfenced;
+            # followers keep fetching (a fenced leader's followers still need its data).
+            return broker_pb2.FetchResponse(error=error_proto(
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"broker {self.broker_id} is not serving clients yet (fenced or catching up)"))
+        params = purgatory.FetchParams(
+            replica_id=request.replica_id, max_wait_ms=max(0, request.max_wait_ms),
+            min_bytes=max(0, request.min_bytes),
+            max_bytes=request.max_bytes if request.max_bytes > 0 else 50 * 1024 * 1024,
+            isolation=partition_mod.FetchIsolation.HIGH_WATERMARK)
+        partitions: dict[TopicPartition, purgatory.FetchPartitionRequest] = {}
+        errors: dict[TopicPartition, tuple[ErrorCode, str]] = {}
+        invalid: list[tuple[str, int]] = []
+        topic_ids: dict[str, Uuid] = {}
+        manager = self.data.manager
+        for topic in request.topics:
+            wanted_id = uuid_from_proto(topic.topic_id) if topic.HasField("topic_id") else ZERO_UUID
+            for part in topic.partitions:
+                tp = self._tp(topic.topic, part.partition)
+                if tp is None:
+                    invalid.append((topic.topic, part.partition))
+                    continue
+                hosted = manager.get_partition(tp)
+                if hosted is not None:
+                    topic_ids[tp.topic] = hosted.topic_id
+                    if wanted_id != ZERO_UUID and hosted.topic_id != wanted_id:
+                        errors[tp] = (ErrorCode.INCONSISTENT_TOPIC_ID,
+                                      f"{tp} has topic id {hosted.topic_id}, not {wanted_id}")
+                        continue
+                partitions[tp] = purgatory.FetchPartitionRequest(
+                    fetch_offset=part.fetch_offset,
+                    partition_max_bytes=(part.partition_max_bytes if part.partition_max_bytes > 0
+                                         else params.max_bytes),
+                    current_leader_epoch=part.current_leader_epoch,
+                    last_fetched_epoch=part.last_fetched_epoch,
+                    log_start_offset=part.log_start_offset)
+        results = await self.data.fetch(params, partitions) if partitions else {}
+        by_topic: dict[str, list[broker_pb2.FetchResponse.PartitionData]] = {}
+        for tp, result in results.items():
+            error, message, hint = self._refine(tp, result.error, result.error_message)
+            data = broker_pb2.FetchResponse.PartitionData(
+                partition_index=tp.partition, error=error_proto(error, message),
+                high_watermark=result.high_watermark, last_stable_offset=result.last_stable_offset,
+                log_start_offset=result.log_start_offset, records=result.records)
+            if result.diverging_epoch is not None:
+                data.diverging_epoch.CopyFrom(common_pb2.EpochEndOffset(
+                    epoch=result.diverging_epoch.epoch,
+                    end_offset=result.diverging_epoch.end_offset))
+            if hint is not None:
+                data.current_leader.CopyFrom(hint)
+            by_topic.setdefault(tp.topic, []).append(data)
+        for tp, (code, message) in errors.items():
+            by_topic.setdefault(tp.topic, []).append(broker_pb2.FetchResponse.PartitionData(
+                partition_index=tp.partition, error=error_proto(code, message),
+                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1))
+        for name, index in invalid:
+            by_topic.setdefault(name, []).append(broker_pb2.FetchResponse.PartitionData(
+                partition_index=index, error=error_proto(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"invalid topic or partition {name!r}"),
+                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1))
+        return broker_pb2.FetchResponse(responses=[
+            broker_pb2.FetchResponse.FetchableTopicResponse(
+                topic=name, topic_id=uuid_to_proto(topic_ids.get(name, ZERO_UUID)),
+                partitions=parts)
+            for name, parts in by_topic.items()])
+
+    # -- ListOffsets ----------------------------------------------------------------------------
+
+    def _list_offset(self, tp: TopicPartition, part: Any, replica_id: int
+                     ) -> broker_pb2.ListOffsetsResponse.ListOffsetsPartitionResponse:
+        answer = broker_pb2.ListOffsetsResponse.ListOffsetsPartitionResponse(
+            partition_index=tp.partition, timestamp=-1, offset=-1, leader_epoch=-1)
+        partition = self.data.manager.get_partition(tp)
+        error, message = ErrorCode.NONE, ""
+        if partition is None:
+            error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp} is not hosted here"
+        elif not partition.is_leader:
+            error, message = (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                              f"broker {self.broker_id} does not lead {tp}")
+        else:
+            error = partition.check_current_leader_epoch(part.current_leader_epoch)
+        if partition is None or error is not ErrorCode.NONE:
+            error, message, hint = self._refine(tp, error, message or error.name)
+            answer.error.CopyFrom(error_proto(error, message))
+            if hint is not None:
+                answer.current_leader.CopyFrom(hint)
+            return answer
+        timestamp = part.timestamp
+        if timestamp == LATEST_TIMESTAMP:
+            answer.offset = (partition.log_end_offset if replica_id >= 0
+                             else partition.high_watermark)
+            answer.leader_epoch = partition.leader_epoch
+        elif timestamp == EARLIEST_TIMESTAMP:
+            answer.offset = partition.log_start_offset
+        elif timestamp >= 0:
+            found = partition.log.offset_for_timestamp(timestamp)
+            if found is not None and found.offset < partition.high_watermark:
+                answer.offset = found.offset
+                answer.timestamp = found.timestamp
+        else:
+            answer.error.CopyFrom(error_proto(ErrorCode.INVALID_REQUEST,
+                                              f"timestamp {timestamp} is not supported"))
+        return answer
+
+    async def ListOffsets(self, request: broker_pb2.ListOffsetsRequest, context: Any) -> Any:
+        topics = []
+        for topic in request.topics:
+            parts = []
+            for part in topic.partitions:
+                tp = self._tp(topic.name, part.partition_index)
+                if tp is None:
+                    parts.append(broker_pb2.ListOffsetsResponse.ListOffsetsPartitionResponse(
+                        partition_index=part.partition_index, timestamp=-1, offset=-1,
+                        leader_epoch=-1,
+                        error=error_proto(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "invalid name")))
+                    continue
+                parts.append(self._list_offset(tp, part, request.replica_id))
+            topics.append(broker_pb2.ListOffsetsResponse.ListOffsetsTopicResponse(
+                name=topic.name, partitions=parts))
+        return broker_pb2.ListOffsetsResponse(topics=topics)
+
+    # -- OffsetForLeaderEpoch --------------------------------------------------------------------
+
+    async def OffsetForLeaderEpoch(self, request: broker_pb2.OffsetForLeaderEpochRequest,
+                                   context: Any) -> Any:
+        response = broker_pb2.OffsetForLeaderEpochResponse()
+        for topic in request.topics:
+            results = []
+            for part in topic.partitions:
+                answer = broker_pb2.OffsetForLeaderEpochResponse.EpochEndOffsetResult(
+                    partition=part.partition,
+                    epoch_end_offset=common_pb2.EpochEndOffset(epoch=-1, end_offset=-1))
+                tp = self._tp(topic.topic, part.partition)
+                partition = self.data.manager.get_partition(tp) if tp is not None else None
+                error, message = ErrorCode.NONE, ""
+                if tp is None or partition is None:
+                    error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "not hosted here"
+                elif not partition.is_leader:
+                    error, message = (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                      f"broker {self.broker_id} does not lead {tp}")
+                else:
+                    error = partition.check_current_leader_epoch(part.current_leader_epoch)
+                    message = "" if error is ErrorCode.NONE else error.name
+                if tp is not None and error is not ErrorCode.NONE:
+                    error, message, _hint = self._refine(tp, error, message)
+                if error is ErrorCode.NONE and partition is not None:
+                    found = partition.end_offset_for_epoch(part.leader_epoch)
+                    answer.epoch_end_offset.CopyFrom(common_pb2.EpochEndOffset(
+                        epoch=found.epoch, end_offset=found.end_offset))
+                answer.error.CopyFrom(error_proto(error, message))
+                results.append(answer)
+            response.topics.append(broker_pb2.OffsetForLeaderEpochResponse
+                                   .OffsetForLeaderTopicResult(topic=topic.topic,
+                                                               partitions=results))
+        return response
+
+    # -- Metadata -------------------------------------------------------------------------------
+
+    async def Metadata(self, request: broker_pb2.MetadataRequest, context: Any) -> Any:
+        image = self._image()
+        response = broker_pb2.MetadataResponse(cluster_id=self.cluster_id,
+                                               controller_id=self._controller_id())
+        for broker_id in image.cluster.unfenced_broker_ids():
+            broker = image.cluster.broker(broker_id)
+            endpoint = broker.endpoint(self.listener_name) if broker is not None else None
+            if broker is None or endpoint is None:
+                continue
+            response.brokers.append(broker_pb2.MetadataResponse.MetadataResponseBroker(
+                node_id=broker_id, rack=broker.rack, endpoint=common_pb2.Endpoint(
+                    host=endpoint.host, port=endpoint.port, listener_name=endpoint.listener_name,
+                    security_protocol=endpoint.security_protocol)))
+        names = list(request.topics) or sorted(image.topics.ids_by_name)
+        for name in names:
+            topic = image.topics.get_topic_by_name(name)
+            if topic is None:
+                response.topics.append(broker_pb2.MetadataResponse.MetadataResponseTopic(
+                    name=name, error=error_proto(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                 f"topic {name!r} does not exist")))
+                continue
+            entry = broker_pb2.MetadataResponse.MetadataResponseTopic(
+                name=name, topic_id=uuid_to_proto(topic.topic_id),
+                is_internal=name.startswith("__"))
+            for index, registration in sorted(topic.partitions.items()):
+                offline = [r for r in registration.replicas if not image.cluster.is_active(r)]
+                entry.partitions.append(broker_pb2.MetadataResponse.MetadataResponsePartition(
+                    error=error_proto(ErrorCode.NONE if registration.has_leader
+                                      else ErrorCode.LEADER_NOT_AVAILABLE),
+                    partition_index=index, leader_id=registration.leader,
+                    leader_epoch=registration.leader_epoch,
+                    replica_nodes=registration.replicas, isr_nodes=registration.isr,
+                    offline_replicas=offline))
+            response.topics.append(entry)
+        return response
+
+
+    # -- DescribeLogDirs -----------------------------------------------------------------------
+
+    async def DescribeLogDirs(self, request: broker_pb2.DescribeLogDirsRequest,
+                              context: Any) -> Any:
+        wanted: set[TopicPartition] | None = None
+        if request.topics:
+            wanted = {tp for topic in request.topics for index in topic.partitions
+                      if (tp := self._tp(topic.topic, index)) is not None}
+        manager = self.data.manager
+        by_dir: dict[str, dict[str, list[broker_pb2.DescribeLogDirsResponse
+                                          .DescribeLogDirsPartition]]] = {
+            d: {} for d in self.log_dirs}
+        for tp, partition in sorted(manager.partitions.items()):
+            if wanted is not None and tp not in wanted:
+                continue
+            log = partition.log
+            log_dir = os.path.dirname(os.path.abspath(log.directory))
+            state = manager.replica_state(tp)
+            by_dir.setdefault(log_dir, {}).setdefault(tp.topic, []).append(
+                broker_pb2.DescribeLogDirsResponse.DescribeLogDirsPartition(
+                    partition_index=tp.partition, partition_size=log.size_in_bytes,
+                    # A follower knows the leader's high watermark only as of its last fetch.
+                    offset_lag=(0 if partition.is_leader else
+                                max(0, partition.high_watermark - partition.log_end_offset)),
+                    log_end_offset=partition.log_end_offset,
+                    high_watermark=partition.high_watermark,
+                    replica_state=_REPLICA_STATES[state], leader_epoch=partition.leader_epoch,
+                    is_leader=partition.is_leader))
+        response = broker_pb2.DescribeLogDirsResponse()
+        for log_dir, topics in by_dir.items():
+            try:
+                usage = shutil.disk_usage(log_dir)
+                total, usable = usage.total, usage.free
+            except OSError:
+                total = usable = -1
+            response.results.append(broker_pb2.DescribeLogDirsResponse.DescribeLogDirsResult(
+                log_dir=log_dir, total_bytes=total, usable_bytes=usable, topics=[
+                    broker_pb2.DescribeLogDirsResponse.DescribeLogDirsTopic(name=name,
+                                                                            partitions=parts)
+                    for name, parts in topics.items()]))
+        return response
+
+    # -- not served yet (issue 5 §5) -------------------------------------------------------------
+
+    async def _unimplemented(self, rpc: str, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                            f"{rpc} is not served by this broker version yet")
+
+    async def FetchStream(self, request_iterator: Any,
+                          context: Any) -> AsyncIterator[broker_pb2.FetchResponse]:
+        await self._unimplemented("FetchStream", context)
+        yield broker_pb2.FetchResponse()  # not reached: abort raises
+
+
+    async def OffsetCommit(self, request: Any, context: Any) -> Any:
+        await self._unimplemented("OffsetCommit", context)
+
+    async def OffsetFetch(self, request: Any, context: Any) -> Any:
+        await self._unimplemented("OffsetFetch", context)
+
+
+def add_to_server(servicer: BrokerServicer, server: Any) -> None:
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)

@@ -1,0 +1,60 @@
+"""The broker process's log directories (``LocalLogs``): recovery, checkpoints, deletion."""
+
+from __future__ import annotations
+
+import pathlib
+
+from broker_harness import TOPIC_ID, TP, batch
+
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import process
+from kraftlog.error_codes import ErrorCode
+from kraftlog.metadata import image as im
+from kraftlog.storage.log_config import LogConfig
+from kraftlog.storage.topic_partition import TopicPartition
+
+INFO = im.PartitionInfo(topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=0,
+                        registration=im.PartitionRegistration(replicas=(1,), isr=(1,), leader=1))
+
+
+def local_logs(dirs: list[pathlib.Path]) -> process.LocalLogs:
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    return process.LocalLogs(broker_id=1, log_dirs=dirs,
+                             log_config=LogConfig(segment_index_bytes=64 * 1024),
+                             partition_config=partition_mod.PartitionConfig(),
+                             image=lambda: im.EMPTY)
+
+
+def test_restart_recovers_the_log_and_its_checkpointed_high_watermark(
+        tmp_path: pathlib.Path) -> None:
+    logs = local_logs([tmp_path])
+    partition = logs.open_partition(INFO)
+    partition.make_leader(leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,), now_ms=1)
+    assert partition.append_records_to_leader(batch(b"a", b"b"), required_acks=1,
+                                              now_ms=1).error is ErrorCode.NONE
+    assert partition.high_watermark == 2
+    logs.write_checkpoints({TP: partition.high_watermark})
+    logs.close([partition])
+
+    again = local_logs([tmp_path])
+    again.recover_all()
+    reopened = again.open_partition(INFO)
+    assert (reopened.log_end_offset, reopened.high_watermark) == (2, 2)
+    again.close([reopened])
+
+
+def test_new_replicas_spread_over_log_dirs_and_deletion_removes_the_directory(
+        tmp_path: pathlib.Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = local_logs(dirs)
+    first = logs.open_partition(INFO)
+    second = logs.open_partition(im.PartitionInfo(
+        topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=1, registration=INFO.registration))
+    parents = {pathlib.Path(p.log.directory).parent for p in (first, second)}
+    assert parents == set(dirs)
+    logs.delete_partition(first)
+    assert not pathlib.Path(first.log.directory).exists()
+    assert not any(p.name.endswith("-delete") for d in dirs for p in d.iterdir())
+    logs.write_checkpoints({TopicPartition(topic=TP.topic, partition=1): 0})
+    logs.close([second])

@@ -1,0 +1,205 @@
+"""The broker's reconciler (pure): metadata deltas in, local replicas and fetch changes out.
+
+Real partition logs in tmp dirs; metadata built by replaying records into deltas, as the
+MetadataLoader does. No clock, no network.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import pytest
+from broker_harness import open_partition
+
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import reconciler as rc
+from kraftlog.broker import replica_manager as rm
+from kraftlog.metadata import delta as dl
+from kraftlog.metadata import image as im
+from kraftlog.metadata import records as r
+from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.storage.uuid import Uuid
+
+BROKER = 2
+TOPIC_ID = Uuid(bytes(range(1, 17)))
+OTHER_ID = Uuid(bytes(range(2, 18)))
+TP = TopicPartition(topic="t", partition=0)
+NOW = 10_000_000
+
+
+class Store:
+    """Logs under ``root``; deletion can be made to fail."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self.root = root
+        self.fail_deletes = False
+        self.opened: list[TopicPartition] = []
+
+    def open_partition(self, info: im.PartitionInfo) -> partition_mod.Partition:
+        tp = TopicPartition(topic=info.topic_name, partition=info.partition_id)
+        self.opened.append(tp)
+        opened = open_partition(self.root / tp.dir_name, BROKER, topic=info.topic_name,
+                                index=info.partition_id)
+        opened.topic_id = info.topic_id  # the harness opens every log under one topic id
+        return opened
+
+    def delete_partition(self, partition: partition_mod.Partition) -> None:
+        if self.fail_deletes:
+            raise OSError("disk says no")
+        partition.log.close()
+        shutil.rmtree(partition.log.directory)
+
+
+class Metadata:
+    """An image advanced by replaying records, one delta per :meth:`commit`."""
+
+    def __init__(self) -> None:
+        self.image = im.EMPTY
+        self.offset = 0
+
+    def commit(self, *records: r.MetadataRecord) -> tuple[dl.MetadataDelta, im.MetadataImage]:
+        delta = dl.MetadataDelta(self.image)
+        for record in records:
+            delta.replay(record, self.offset, 1)
+            self.offset += 1
+        delta.set_provenance(im.MetadataProvenance(last_offset=self.offset - 1, last_epoch=1,
+                                                   last_append_timestamp_ms=0))
+        self.image = delta.apply()
+        return delta, self.image
+
+
+@pytest.fixture
+def setup(tmp_path: pathlib.Path) -> tuple[rc.Reconciler, Store, Metadata]:
+    store = Store(tmp_path)
+    manager = rm.ReplicaManager(broker_id=BROKER)
+    return rc.Reconciler(broker_id=BROKER, manager=manager, store=store), store, Metadata()
+
+
+def create(metadata: Metadata, *, leader: int, topic_id: Uuid = TOPIC_ID,
+           replicas: tuple[int, ...] = (1, 2, 3)) -> tuple[dl.MetadataDelta, im.MetadataImage]:
+    return metadata.commit(r.TopicRecord(name="t", topic_id=topic_id),
+                           r.PartitionRecord(topic_id=topic_id, partition_id=0,
+                                             replicas=replicas, isr=replicas, leader=leader))
+
+
+def test_new_follower_replica_is_created_online_and_fetches_from_the_leader(setup: tuple[
+        rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, _store, metadata = setup
+    delta, image = create(metadata, leader=1)
+    result = reconciler.apply_delta(delta, image, now_ms=NOW)
+    assert result.created == [TP]
+    assert reconciler.manager.replica_state(TP) is rm.ReplicaState.ONLINE_REPLICA
+    assert result.start_fetching == [rc.FetchTarget(topic_partition=TP, topic_id=TOPIC_ID,
+                                                    leader_id=1, leader_epoch=0)]
+    partition = reconciler.manager.get_partition(TP)
+    assert partition is not None and partition.leader_id == 1 and not partition.is_leader
+
+
+def test_election_of_this_broker_makes_it_leader_and_stops_fetching(setup: tuple[
+        rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, _store, metadata = setup
+    reconciler.apply_delta(*create(metadata, leader=1), now_ms=NOW)
+    delta, image = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0,
+                                                           leader=BROKER, isr=(2, 3)))
+    result = reconciler.apply_delta(delta, image, now_ms=NOW)
+    assert result.stop_fetching == [TP] and result.became_leader == [TP]
+    assert result.start_fetching == []
+    partition = reconciler.manager.get_partition(TP)
+    assert partition is not None and partition.is_leader and partition.leader_epoch == 1
+    assert partition.isr == frozenset({2, 3})
+
+
+def test_a_new_leader_elsewhere_restarts_the_fetch_at_the_new_epoch(setup: tuple[
+        rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, _store, metadata = setup
+    reconciler.apply_delta(*create(metadata, leader=1), now_ms=NOW)
+    delta, image = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0,
+                                                           leader=3))
+    result = reconciler.apply_delta(delta, image, now_ms=NOW)
+    assert [(t.leader_id, t.leader_epoch) for t in result.start_fetching] == [(3, 1)]
+    # An ISR-only change keeps the leader epoch: the fetch goes on undisturbed.
+    delta, image = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0,
+                                                           isr=(2, 3)))
+    assert reconciler.apply_delta(delta, image, now_ms=NOW).start_fetching == []
+
+
+def test_stale_leader_epoch_is_ignored(setup: tuple[rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, _store, metadata = setup
+    old_delta, old_image = create(metadata, leader=1)
+    reconciler.apply_delta(old_delta, old_image, now_ms=NOW)
+    delta, image = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0,
+                                                           leader=3))
+    reconciler.apply_delta(delta, image, now_ms=NOW)
+    # The first delta again (epoch 0 < 1): nothing moves backwards.
+    result = reconciler.apply_delta(old_delta, old_image, now_ms=NOW)
+    partition = reconciler.manager.get_partition(TP)
+    assert partition is not None and partition.leader_id == 3 and partition.leader_epoch == 1
+    assert result.start_fetching == []
+
+
+def test_topic_deletion_deletes_the_replica_through_the_deletion_states(setup: tuple[
+        rc.Reconciler, Store, Metadata], tmp_path: pathlib.Path) -> None:
+    reconciler, _store, metadata = setup
+    reconciler.apply_delta(*create(metadata, leader=1), now_ms=NOW)
+    assert (tmp_path / TP.dir_name).is_dir()
+    delta, image = metadata.commit(r.RemoveTopicRecord(topic_id=TOPIC_ID))
+    result = reconciler.apply_delta(delta, image, now_ms=NOW)
+    assert result.deleted == [TP] and result.stop_fetching == [TP]
+    assert reconciler.manager.get_partition(TP) is None
+    assert reconciler.manager.replica_state(TP) is rm.ReplicaState.NON_EXISTENT_REPLICA
+    assert not (tmp_path / TP.dir_name).exists()
+
+
+def test_reassignment_away_deletes_only_once_metadata_drops_the_replica(setup: tuple[
+        rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, _store, metadata = setup
+    reconciler.apply_delta(*create(metadata, leader=1), now_ms=NOW)
+    # Still assigned (being removed, but in replicas): kept.
+    delta, image = metadata.commit(r.PartitionChangeRecord(
+        topic_id=TOPIC_ID, partition_id=0, replicas=(1, 2, 3, 4), adding_replicas=(4,),
+        removing_replicas=(2,)))
+    assert reconciler.apply_delta(delta, image, now_ms=NOW).deleted == []
+    assert reconciler.manager.get_partition(TP) is not None
+    delta, image = metadata.commit(r.PartitionChangeRecord(
+        topic_id=TOPIC_ID, partition_id=0, replicas=(1, 3, 4), isr=(1, 3, 4),
+        adding_replicas=(), removing_replicas=()))
+    assert reconciler.apply_delta(delta, image, now_ms=NOW).deleted == [TP]
+
+
+def test_failed_deletion_is_ineligible_then_retried_by_a_full_reconcile(setup: tuple[
+        rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, store, metadata = setup
+    reconciler.apply_delta(*create(metadata, leader=1), now_ms=NOW)
+    store.fail_deletes = True
+    delta, image = metadata.commit(r.RemoveTopicRecord(topic_id=TOPIC_ID))
+    assert reconciler.apply_delta(delta, image, now_ms=NOW).deleted == []
+    assert reconciler.manager.replica_state(TP) is rm.ReplicaState.REPLICA_DELETION_INELIGIBLE
+    store.fail_deletes = False
+    assert reconciler.reconcile_all(image, now_ms=NOW).deleted == [TP]
+    assert reconciler.manager.get_partition(TP) is None
+
+
+def test_full_reconcile_is_idempotent_and_replaces_a_recreated_topic(setup: tuple[
+        rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, store, metadata = setup
+    _delta, image = create(metadata, leader=BROKER)
+    first = reconciler.reconcile_all(image, now_ms=NOW)
+    assert first.created == [TP] and first.became_leader == [TP]
+    assert reconciler.reconcile_all(image, now_ms=NOW).empty
+    # Deleted and re-created under the same name while we were not looking.
+    metadata.commit(r.RemoveTopicRecord(topic_id=TOPIC_ID))
+    _delta, image = create(metadata, leader=1, topic_id=OTHER_ID)
+    result = reconciler.reconcile_all(image, now_ms=NOW)
+    assert result.deleted == [TP] and result.created == [TP]
+    partition = reconciler.manager.get_partition(TP)
+    assert partition is not None and partition.topic_id == OTHER_ID
+    assert store.opened == [TP, TP]
+
+
+def test_replicas_of_other_brokers_are_not_created_here(setup: tuple[
+        rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, store, metadata = setup
+    delta, image = create(metadata, leader=1, replicas=(1, 3))
+    assert reconciler.apply_delta(delta, image, now_ms=NOW).empty
+    assert store.opened == []

@@ -1,0 +1,267 @@
+"""BrokerService in-process: the servicer, DataPlane and replica fetcher over real logs.
+
+The servicer is called directly (no sockets) on a real event loop; broker 1 leads
+``t-0`` with replicas (1, 2), and the test plays broker 2's follower fetches. The
+clock the DataPlane gives the manager is wall time, but nothing here depends on how
+fast it runs: every wait is on an answer, bounded by a generous timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any
+
+import grpc
+import pytest
+from broker_harness import TOPIC_ID, TP, batch, open_partition
+
+from kraftlog.broker import fetcher_driver, server
+from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import reconciler as rc
+from kraftlog.broker import replica_manager as rm
+from kraftlog.metadata import delta as dl
+from kraftlog.metadata import image as im
+from kraftlog.metadata import records as r
+from kraftlog.raft import transport
+from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.storage.uuid import Uuid
+from kraftlog.v1 import broker_pb2, common_pb2
+
+WAIT_S = 10.0
+
+
+def image_with(leader: int, *, replicas: tuple[int, ...] = (1, 2)) -> im.MetadataImage:
+    delta = dl.MetadataDelta(im.EMPTY)
+    records: list[r.MetadataRecord] = [
+        r.RegisterBrokerRecord(broker_id=b, incarnation_id=Uuid(bytes([b]) * 16), broker_epoch=b,
+                               endpoints=(r.Endpoint(listener_name="PLAINTEXT",
+                                                     host="127.0.0.1", port=9000 + b),),
+                               fenced=False)
+        for b in (1, 2, 3)]
+    records += [r.TopicRecord(name=TP.topic, topic_id=TOPIC_ID),
+                r.PartitionRecord(topic_id=TOPIC_ID, partition_id=0, replicas=replicas,
+                                  isr=replicas, leader=leader)]
+    for offset, record in enumerate(records):
+        delta.replay(record, offset, 1)
+    return delta.apply()
+
+
+class Broker:
+    """Broker 1 leading t-0 with the given ISR; ``ready`` toggles client service."""
+
+    def __init__(self, root: pathlib.Path, *, isr: tuple[int, ...], min_isr: int) -> None:
+        self.manager = rm.ReplicaManager(broker_id=1)
+        self.partition = open_partition(root / TP.dir_name, 1, config=partition_mod.PartitionConfig(
+            min_insync_replicas=min_isr))
+        self.manager.add_partition(self.partition)
+        self.manager.transition_replica(TP, rm.ReplicaState.ONLINE_REPLICA)
+        self.data = server.DataPlane(self.manager)
+        self.manager.make_leader(TP, leader_epoch=0, partition_epoch=0, replicas=(1, 2), isr=isr,
+                                 now_ms=self.data.now_ms())
+        self.ready = True
+        self.image = image_with(1)
+        self.servicer = server.BrokerServicer(
+            self.data, broker_id=1, cluster_id="c", image=lambda: self.image,
+            controller_id=lambda: 3, listener_name="PLAINTEXT", log_dirs=[str(root)],
+            ready=lambda: self.ready)
+
+
+def produce_request(values: list[bytes], *, acks: int = -1,
+                    topic: str = TP.topic) -> broker_pb2.ProduceRequest:
+    return broker_pb2.ProduceRequest(acks=acks, timeout_ms=30_000, topic_data=[
+        broker_pb2.ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            broker_pb2.ProduceRequest.PartitionProduceData(index=0, records=batch(*values))])])
+
+
+def fetch_request(offset: int, *, replica_id: int = -1, max_wait_ms: int = 0,
+                  topic: str = TP.topic) -> broker_pb2.FetchRequest:
+    return broker_pb2.FetchRequest(
+        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+        topics=[broker_pb2.FetchRequest.FetchTopic(topic=topic, partitions=[
+            broker_pb2.FetchRequest.FetchPartition(
+                partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                last_fetched_epoch=-1 if replica_id < 0 else 0, log_start_offset=-1,
+                partition_max_bytes=1 << 20)])])
+
+
+def run(coro: Any) -> Any:
+    async def main() -> Any:
+        return await asyncio.wait_for(coro, WAIT_S)
+    return asyncio.run(main())
+
+
+def test_acks_all_produce_answers_once_the_follower_fetched_past_it(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+
+    async def scenario() -> tuple[Any, Any]:
+        broker.data.start()
+        try:
+            pending = asyncio.ensure_future(broker.servicer.Produce(produce_request([b"a", b"b"]),
+                                                                    None))
+            await asyncio.sleep(0.05)
+            assert not pending.done()  # the follower has not fetched it yet
+            first = await broker.servicer.Fetch(fetch_request(0, replica_id=2), None)
+            assert first.responses[0].partitions[0].records
+            assert not pending.done()  # fetched, but not acknowledged by a later fetch offset
+            await broker.servicer.Fetch(fetch_request(2, replica_id=2), None)
+            return await pending, first
+        finally:
+            await broker.data.stop()
+
+    answer, _first = run(scenario())
+    part = answer.responses[0].partition_responses[0]
+    assert part.error.code == common_pb2.NONE and part.base_offset == 0
+    assert broker.partition.high_watermark == 2
+
+
+def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(
+        tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=2)
+    answer = run(broker.servicer.Produce(produce_request([b"a"]), None))
+    assert answer.responses[0].partition_responses[0].error.code == common_pb2.NOT_ENOUGH_REPLICAS
+
+
+def test_consumer_fetch_long_polls_until_committed_data_arrives(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+
+    async def scenario() -> Any:
+        broker.data.start()
+        try:
+            waiting = asyncio.ensure_future(
+                broker.servicer.Fetch(fetch_request(0, max_wait_ms=5_000), None))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            await broker.servicer.Produce(produce_request([b"hello"], acks=1), None)
+            return await waiting
+        finally:
+            await broker.data.stop()
+
+    answer = run(scenario())
+    data = answer.responses[0].partitions[0]
+    assert data.error.code == common_pb2.NONE and data.high_watermark == 1 and data.records
+
+
+def test_consumer_fetch_before_ready_answers_broker_not_available(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    broker.ready = False
+    answer = run(broker.servicer.Fetch(fetch_request(0), None))
+    assert answer.error.code == common_pb2.BROKER_NOT_AVAILABLE and not answer.responses
+    # Followers are still served.
+    follower = run(broker.servicer.Fetch(fetch_request(0, replica_id=2), None))
+    assert follower.error.code == common_pb2.NONE
+
+
+def test_partition_led_elsewhere_answers_not_leader_with_the_leaders_endpoint(
+        tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    broker.image = image_with(1)
+    delta = dl.MetadataDelta(broker.image)
+    other = Uuid(bytes(range(5, 21)))
+    delta.replay(r.TopicRecord(name="other", topic_id=other), 10, 1)
+    delta.replay(r.PartitionRecord(topic_id=other, partition_id=0, replicas=(2, 3), isr=(2, 3),
+                                   leader=3, leader_epoch=4), 11, 1)
+    broker.image = delta.apply()
+    answer = run(broker.servicer.Produce(produce_request([b"x"], topic="other"), None))
+    part = answer.responses[0].partition_responses[0]
+    assert part.error.code == common_pb2.NOT_LEADER_OR_FOLLOWER
+    assert (part.current_leader.leader_id, part.current_leader.leader_epoch) == (3, 4)
+    assert part.current_leader.endpoint.port == 9003
+    unknown = run(broker.servicer.Produce(produce_request([b"x"], topic="nope"), None))
+    assert unknown.responses[0].partition_responses[0].error.code == \
+        common_pb2.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_list_offsets_metadata_log_dirs_and_epochs_describe_the_partition(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    run(broker.servicer.Produce(produce_request([b"a", b"b", b"c"], acks=1), None))
+
+    def offset(timestamp: int) -> int:
+        answer = run(broker.servicer.ListOffsets(broker_pb2.ListOffsetsRequest(
+            replica_id=-1, topics=[broker_pb2.ListOffsetsRequest.ListOffsetsTopic(
+                name=TP.topic, partitions=[broker_pb2.ListOffsetsRequest.ListOffsetsPartition(
+                    partition_index=0, current_leader_epoch=-1, timestamp=timestamp)])]), None))
+        part = answer.topics[0].partitions[0]
+        assert part.error.code == common_pb2.NONE, part
+        return int(part.offset)
+
+    assert (offset(server.EARLIEST_TIMESTAMP), offset(server.LATEST_TIMESTAMP)) == (0, 3)
+    metadata = run(broker.servicer.Metadata(broker_pb2.MetadataRequest(), None))
+    assert [b.node_id for b in metadata.brokers] == [1, 2, 3] and metadata.controller_id == 3
+    [topic] = metadata.topics
+    assert topic.name == TP.topic and list(topic.partitions[0].replica_nodes) == [1, 2]
+    dirs = run(broker.servicer.DescribeLogDirs(broker_pb2.DescribeLogDirsRequest(), None))
+    [replica] = dirs.results[0].topics[0].partitions
+    assert (replica.log_end_offset, replica.high_watermark, replica.is_leader) == (3, 3, True)
+    assert replica.replica_state == broker_pb2.REPLICA_STATE_ONLINE_REPLICA
+    epochs = run(broker.servicer.OffsetForLeaderEpoch(broker_pb2.OffsetForLeaderEpochRequest(
+        replica_id=2, topics=[broker_pb2.OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+            topic=TP.topic, partitions=[
+                broker_pb2.OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                    partition=0, current_leader_epoch=0, leader_epoch=0)])]), None))
+    found = epochs.topics[0].partitions[0]
+    assert found.error.code == common_pb2.NONE
+    assert (found.epoch_end_offset.epoch, found.epoch_end_offset.end_offset) == (0, 3)
+
+
+@pytest.mark.parametrize("acks", [2, -2])
+def test_bad_acks_answer_invalid_required_acks(tmp_path: pathlib.Path, acks: int) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    answer = run(broker.servicer.Produce(produce_request([b"a"], acks=acks), None))
+    assert answer.responses[0].partition_responses[0].error.code == \
+        common_pb2.INVALID_REQUIRED_ACKS
+
+
+def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
+        tmp_path: pathlib.Path) -> None:
+    """A follower (broker 2) fetching from broker 1 over loopback gRPC; a partition added
+    while its Fetch is parked at the leader joins the next Fetch (the parked one is cut)."""
+    tp1 = TopicPartition(topic=TP.topic, partition=1)
+    leader = Broker(tmp_path / "leader", isr=(1, 2), min_isr=1)
+    second = open_partition(tmp_path / "leader" / tp1.dir_name, 1, index=1)
+    leader.manager.add_partition(second)
+    leader.manager.transition_replica(tp1, rm.ReplicaState.ONLINE_REPLICA)
+    leader.manager.make_leader(tp1, leader_epoch=0, partition_epoch=0, replicas=(1, 2),
+                               isr=(1, 2), now_ms=leader.data.now_ms())
+    follower = rm.ReplicaManager(broker_id=2)
+    for tp in (TP, tp1):
+        replica = open_partition(tmp_path / "follower" / tp.dir_name, 2, index=tp.partition)
+        follower.add_partition(replica)
+        follower.transition_replica(tp, rm.ReplicaState.ONLINE_REPLICA)
+        follower.make_follower(tp, leader_id=1, leader_epoch=0, partition_epoch=0,
+                               replicas=(1, 2))
+
+    def target(tp: TopicPartition) -> rc.FetchTarget:
+        return rc.FetchTarget(topic_partition=tp, topic_id=TOPIC_ID, leader_id=1, leader_epoch=0)
+
+    async def scenario() -> tuple[int, int]:
+        grpc_server = grpc.aio.server(options=transport.server_options())
+        server.add_to_server(leader.servicer, grpc_server)
+        port = grpc_server.add_insecure_port("127.0.0.1:0")
+        await grpc_server.start()
+        leader.data.start()
+        follower_data = server.DataPlane(follower)
+        fetchers = fetcher_driver.ReplicaFetcherManager(
+            broker_id=2, manager=follower, data=follower_data,
+            endpoint=lambda _b: f"127.0.0.1:{port}", broker_epoch=lambda: 2,
+            config=fetcher_driver.FetcherConfig(fetch_wait_max_ms=60_000, fetch_backoff_ms=50))
+        try:
+            await leader.servicer.Produce(produce_request([b"a", b"b"], acks=1), None)
+            fetchers.apply(rc.ReconcileResult(start_fetching=[target(TP)]))
+            while follower.partitions[TP].log_end_offset < 2:
+                await asyncio.sleep(0.01)
+            # The fetcher's next Fetch is now parked at the leader (nothing new for t-0).
+            fetchers.apply(rc.ReconcileResult(start_fetching=[target(tp1)]))
+            await leader.servicer.Produce(broker_pb2.ProduceRequest(
+                acks=1, timeout_ms=1000, topic_data=[broker_pb2.ProduceRequest.TopicProduceData(
+                    name=TP.topic, partition_data=[broker_pb2.ProduceRequest.PartitionProduceData(
+                        index=1, records=batch(b"c"))])]), None)
+            while follower.partitions[tp1].log_end_offset < 1:
+                await asyncio.sleep(0.01)
+            return follower.partitions[TP].log_end_offset, follower.partitions[tp1].log_end_offset
+        finally:
+            await fetchers.stop()
+            await leader.data.stop()
+            await grpc_server.stop(None)
+
+    assert run(scenario()) == (2, 1)
