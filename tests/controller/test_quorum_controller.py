@@ -68,7 +68,7 @@ class FakeRaft:
         self.leading = False
         self.proposed: list[tuple[int, list[bytes]]] = []
 
-    def propose_nowait(self, records: Sequence[bytes]) -> int:
+    def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         if not self.leading:
             raise errors.NotLeaderError("not the leader", leader_id=2)
         first = self.next_offset
@@ -98,9 +98,9 @@ def create(name: str) -> driver.Generate[str]:
     return generate
 
 
-def committed(first: int, values: list[bytes]) -> consensus.CommittedBatch:
+def committed(first: int, values: list[bytes], epoch: int = 3) -> consensus.CommittedBatch:
     return consensus.CommittedBatch(base_offset=first, last_offset=first + len(values) - 1,
-                                    epoch=3, append_timestamp_ms=0, records=tuple(values))
+                                    epoch=epoch, append_timestamp_ms=0, records=tuple(values))
 
 
 async def settle() -> None:
@@ -234,5 +234,26 @@ def test_an_operation_over_the_record_limit_is_refused_whole() -> None:
         with pytest.raises(errors.KraftlogError, match="at most 10000"):
             await controller.write("huge", huge)
         assert raft.proposed == []
+        await controller.stop()
+    asyncio.run(scenario())
+
+
+def test_another_epochs_committed_records_make_an_active_controller_renounce_first() -> None:
+    """Raft may deliver a new leader's records before it reports the leader change (both
+    come out of one poll): the controller reverts its uncommitted writes, then replays."""
+    async def scenario() -> None:
+        raft = FakeRaft()
+        controller, listener = await active_controller(raft)
+        lost = asyncio.ensure_future(controller.write("create", create("mine")))
+        await settle()
+        raft.leading = False
+        listener.handle_commit([committed(5, [b"theirs"], epoch=4)])
+        await settle()
+        with pytest.raises(errors.NotLeaderError):
+            lost.result()
+        state = controller.state
+        assert isinstance(state, TopicsState)
+        assert sorted(state.topics) == ["theirs"] and not controller.active
+        assert controller.committed_offset == 5
         await controller.stop()
     asyncio.run(scenario())

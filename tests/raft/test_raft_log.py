@@ -163,7 +163,7 @@ def test_end_offset_for_epoch_uses_the_epoch_cache(logs: Logs) -> None:
     assert log.end_offset_for_epoch(0) == OffsetAndEpoch(offset=0, epoch=-1)
 
 
-def test_truncation_never_below_high_watermark_or_inside_a_batch(logs: Logs) -> None:
+def test_truncation_never_below_high_watermark_and_drops_whole_batches(logs: Logs) -> None:
     log = logs.make("n1 log")
     log.append_as_leader(batch(b"a", b"b"), 1)
     log.append_as_leader(batch(b"c"), 2)
@@ -174,10 +174,14 @@ def test_truncation_never_below_high_watermark_or_inside_a_batch(logs: Logs) -> 
     log.truncate_to(2)
     assert log.end_offset == 2 and log.last_fetched_epoch() == 1
     log.append_as_leader(batch(b"d", b"e"), 4)
-    with pytest.raises(OffsetOutOfRangeError, match="splits a batch"):
-        log.truncate_to(3)
     with pytest.raises(OffsetOutOfRangeError, match="outside"):
         log.truncate_to(5)
+    log.truncate_to(3)  # inside the batch d,e: the whole batch goes, as in Kafka
+    assert log.end_offset == 2 and log.last_fetched_epoch() == 1
+    log.append_as_leader(batch(b"f", b"g"), 5)
+    log.update_high_watermark(3)
+    with pytest.raises(InvariantViolation, match="below the high watermark 3"):
+        log.truncate_to(3)  # would drop the batch at 2, which holds a committed entry
 
 
 def test_crash_loses_only_the_unflushed_suffix(logs: Logs) -> None:

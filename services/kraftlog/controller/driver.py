@@ -65,7 +65,7 @@ class ControllerStateLike(Protocol):
 class RaftLike(Protocol):
     """The part of ``raft.driver.RaftDriver`` the controller uses."""
 
-    def propose_nowait(self, records: Sequence[bytes]) -> int:
+    def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         """Append to the leader's accumulator now; the last record's offset."""
         ...
 
@@ -389,7 +389,7 @@ class QuorumController:
         next_offset = self.last_written_offset + 1
         values = [self._encode(r) for r in records]
         try:
-            last_offset = self._raft.propose_nowait(values)
+            last_offset = self._raft.propose_nowait(values, epoch=self.epoch)
         except errors.NotLeaderError:
             # Raft lost leadership before our leader-change event arrived: renounce now.
             self._renounce("raft refused the append")
@@ -431,6 +431,11 @@ class QuorumController:
 
     def _handle_commit(self, batches: Sequence[consensus.CommittedBatch]) -> None:
         for batch in batches:
+            if self.active and batch.epoch != self.epoch:
+                # Raft delivers another leader's records before it reports the leader
+                # change (both come from one poll): leadership is gone, whatever was
+                # written and not committed with it.
+                self._renounce(f"raft committed records of epoch {batch.epoch}")
             if self.active and batch.last_offset <= self.last_written_offset:
                 pass  # ours: replayed when written
             else:
@@ -476,7 +481,13 @@ class QuorumController:
         self._publish_status()
 
     async def _handle_leader_change(self, leader_id: int, epoch: int) -> None:
+        active_epoch = self.epoch
         self.leader_id, self.epoch = leader_id, epoch
+        if self.active and (leader_id != self.node_id or epoch != active_epoch):
+            # Another leader, or this node again but in a later epoch (it lost and won
+            # leadership between two of raft's reports): what this epoch wrote and did not
+            # commit is gone either way, and the state must catch up from raft first.
+            self._renounce(f"node {leader_id} leads epoch {epoch}")
         if leader_id == self.node_id and not self.active:
             next_offset = await self._raft.call(
                 lambda client, _now_ms: _leader_next_offset(client, epoch)
@@ -503,8 +514,6 @@ class QuorumController:
                 activation = self._on_activate(self.state, time.time_ns() // 1_000_000)
                 if activation is not None:
                     await self._append("Activate", activation, None)
-        elif leader_id != self.node_id and self.active:
-            self._renounce(f"node {leader_id} leads epoch {epoch}")
         self._publish_status()
 
     def _renounce(self, why: str) -> None:

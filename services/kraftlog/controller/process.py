@@ -132,7 +132,7 @@ class _CountingLoader:
 
     def handle_commit(self, batches: Sequence[consensus.CommittedBatch]) -> None:
         self._loader.handle_commit(batches)
-        self._books.bytes_since_snapshot += sum(len(v) for b in batches for v in b.records)
+        self._books.bytes_since_snapshot += sum(b.size_in_bytes for b in batches)
 
     def handle_load_snapshot(self, reader: SnapshotReader) -> None:
         self._loader.handle_load_snapshot(reader)
@@ -153,8 +153,8 @@ class _RaftProxy:
             raise errors.NotLeaderError("the raft driver is not running yet", leader_id=-1)
         return self._host.raft
 
-    def propose_nowait(self, records: Sequence[bytes]) -> int:
-        return self._raft().propose_nowait(records)
+    def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
+        return self._raft().propose_nowait(records, epoch=epoch)
 
     async def call(self, fn: Callable[[consensus.RaftClient, int], T]) -> T:
         return await self._raft().call(fn)

@@ -101,15 +101,53 @@ class RaftEvent:
     """...and those that rejected. Empty for other kinds."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
 class CommittedBatch:
-    """One committed data batch as the state machine sees it."""
+    """One committed data batch as the state machine sees it.
 
-    base_offset: int
-    last_offset: int
-    epoch: int
-    append_timestamp_ms: int
-    records: tuple[bytes, ...]
+    The record values are decoded on first use of :attr:`records` (Kafka's
+    ``BatchReader`` is lazy the same way), so a listener that only needs offsets,
+    or one that already holds the records (the active controller), pays nothing
+    per record. Built either from the batch's bytes or from the values.
+    """
+
+    __slots__ = ("_data", "_records", "append_timestamp_ms", "base_offset", "epoch",
+                 "last_offset", "size_in_bytes")
+
+    def __init__(self, *, base_offset: int, last_offset: int, epoch: int,
+                 append_timestamp_ms: int, records: Sequence[bytes] | None = None,
+                 data: bytes | memoryview | None = None) -> None:
+        if (records is None) == (data is None):
+            raise ValueError("a CommittedBatch needs exactly one of records or data")
+        self.base_offset = base_offset
+        self.last_offset = last_offset
+        self.epoch = epoch
+        self.append_timestamp_ms = append_timestamp_ms
+        self._records = None if records is None else tuple(records)
+        self._data = data
+        self.size_in_bytes = (len(data) if data is not None
+                              else sum(len(v) for v in self._records or ()))
+
+    @property
+    def records(self) -> tuple[bytes, ...]:
+        if self._records is None:
+            assert self._data is not None
+            (batch,) = rb.decode_batches(self._data)
+            self._records = tuple(r.value or b"" for r in batch.records)
+            self._data = None
+        return self._records
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CommittedBatch):
+            return NotImplemented
+        return (self.base_offset, self.last_offset, self.epoch, self.append_timestamp_ms,
+                self.records) == (other.base_offset, other.last_offset, other.epoch,
+                                  other.append_timestamp_ms, other.records)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"CommittedBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"epoch={self.epoch})")
 
 
 class RaftListener(Protocol):
@@ -520,7 +558,7 @@ class RaftClient:
 
     # -- public API for the state machine ------------------------------------------------------
 
-    def propose(self, records: Sequence[bytes], now_ms: int) -> int:
+    def propose(self, records: Sequence[bytes], now_ms: int, *, epoch: int | None = None) -> int:
         """Queue records for the current epoch; returns the offset the last one will have.
 
         They are appended together after ``append_linger_ms`` (one batch, one flush) and
@@ -531,6 +569,12 @@ class RaftClient:
             raise NotLeaderError(f"node {self.node_id} is {state.describe()}, not the leader",
                                  leader_id=self.leader_hint(),
                                  leader_endpoint=self.voter_endpoints.get(self.leader_hint(), ""))
+        if epoch is not None and epoch != state.epoch:
+            # Kafka's prepareAppend(epoch, records): the caller activated in another epoch
+            # (e.g. this node led epoch 1 and leads epoch 3 after a poll it did not see).
+            raise NotLeaderError(f"node {self.node_id} leads epoch {state.epoch}, not {epoch}",
+                                 leader_id=self.node_id,
+                                 leader_endpoint=self.voter_endpoints.get(self.node_id, ""))
         if not records:
             raise ValueError("propose() needs at least one record")
         values = [bytes(value) for value in records]
@@ -1012,15 +1056,14 @@ class RaftClient:
             data = log.read(self._listener_next_offset, self.config.fetch_max_bytes)
             committed: list[CommittedBatch] = []
             progressed = False
-            for batch in rb.decode_batches(data):
+            for batch in rb.iter_batches(data):  # headers only: records decode lazily
                 if batch.last_offset >= high_watermark:
                     break
                 if not batch.is_control:
                     committed.append(CommittedBatch(
                         base_offset=batch.base_offset, last_offset=batch.last_offset,
                         epoch=batch.partition_leader_epoch,
-                        append_timestamp_ms=batch.max_timestamp,
-                        records=tuple(r.value or b"" for r in batch.records)))
+                        append_timestamp_ms=batch.max_timestamp, data=batch.view))
                 self._listener_next_offset = batch.last_offset + 1
                 progressed = True
             if committed:

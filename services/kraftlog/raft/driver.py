@@ -290,7 +290,7 @@ class RaftDriver:
         result: T = await future
         return result
 
-    def propose_nowait(self, records: Sequence[bytes]) -> int:
+    def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         """Queue records on the leader at once and return the last one's offset.
 
         Kafka's ``prepareAppend``: the state machine's task appends to the core's
@@ -302,7 +302,8 @@ class RaftDriver:
         """
         if self._stopping or not self.running:
             raise transport.DriverStoppedError(f"node {self.node_id} is not running")
-        offset = self.client.propose([bytes(r) for r in records], self.clock.monotonic_ms())
+        offset = self.client.propose([bytes(r) for r in records], self.clock.monotonic_ms(),
+                                     epoch=epoch)
         if not self._wakeup_queued:
             self._wakeup_queued = True
             self._inbox.put_nowait(_WAKEUP)

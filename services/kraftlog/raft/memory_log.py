@@ -178,7 +178,13 @@ class MemoryRaftLog:
                 f"{self.end_offset}]")
         index = bisect.bisect_left(self._bases, offset)
         if index > 0 and self._batches[index - 1].last_offset >= offset:
-            raise OffsetOutOfRangeError(f"{self.name}: truncation to {offset} splits a batch")
+            # Inside a batch: the whole batch goes, as Kafka's log truncation does.
+            index -= 1
+            offset = self._bases[index]
+            if offset < self._high_watermark:
+                raise InvariantViolation(
+                    f"{self.name}: truncation drops the batch at {offset}, below the high "
+                    f"watermark {self._high_watermark}")
         self._drop_from(index, offset)
 
     def _drop_from(self, index: int, offset: int) -> None:

@@ -82,7 +82,8 @@ class RaftLog(Protocol):
         ...
 
     def truncate_to(self, offset: int) -> None:
-        """Drop every entry at or after ``offset`` (a batch boundary, >= HW)."""
+        """Drop every entry at or after ``offset`` (>= HW). An offset inside a batch drops
+        that whole batch (Kafka truncates whole batches), never one below the HW."""
         ...
 
     def flush(self) -> None:

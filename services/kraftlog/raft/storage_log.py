@@ -306,8 +306,14 @@ class StorageRaftLog:
                 f"{self.end_offset}]")
         if offset == self.end_offset:
             return
-        if self._batch_base_at(offset) != offset:
-            raise OffsetOutOfRangeError(f"{self.name}: truncation to {offset} splits a batch")
+        base = self._batch_base_at(offset)
+        if base is not None and base != offset:
+            # Inside a batch: the whole batch goes, as Kafka's log truncation does.
+            if base < self._high_watermark:
+                raise InvariantViolation(
+                    f"{self.name}: truncation drops the batch at {base}, below the high "
+                    f"watermark {self._high_watermark}")
+            offset = base
         self._log.truncate_to(offset)
         self._fsync_truncation()
         if self.end_offset == self.start_offset:
