@@ -25,6 +25,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -621,14 +622,18 @@ def test_rendered_controller_pods_run_as_local_processes_and_survive_a_pod_delet
                           timeout_s=30, what="a new leader after deleting the leader's pod")
         assert second[0] != victim
         start_pod(victim)
+        restarted_ms = time.time() * 1000
 
         def back_in_sync() -> bool | None:
+            if health(victim, _probe_service(main["livenessProbe"])) != serving:
+                return None
             view = asyncio.run(transport.describe_quorum(
                 f"127.0.0.1:{port_of[second[0]]}", timeout_s=1.0))
-            ends = {r.replica_id: r.log_end_offset for r in view.current_voters}
-            return True if ends.get(victim, -1) >= view.high_watermark - 5 else None
-        wait_for(back_in_sync, timeout_s=30, what="the recreated pod catching up")
-        assert health(victim, _probe_service(main["livenessProbe"])) == serving
+            mine = [r for r in view.current_voters if r.replica_id == victim]
+            # Fetched from the new leader since it came back, and close to its HW.
+            return True if mine and mine[0].last_fetch_timestamp >= restarted_ms \
+                and mine[0].log_end_offset >= view.high_watermark - 5 else None
+        wait_for(back_in_sync, timeout_s=30, what="the recreated pod live and catching up")
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{logs()}") from None
     finally:
