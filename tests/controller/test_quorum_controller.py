@@ -257,3 +257,21 @@ def test_another_epochs_committed_records_make_an_active_controller_renounce_fir
         assert controller.committed_offset == 5
         await controller.stop()
     asyncio.run(scenario())
+
+
+def test_a_fatal_error_answers_the_failing_write_and_every_later_one_instead_of_hanging() -> None:
+    async def scenario() -> None:
+        raft = FakeRaft()
+        controller, _ = await active_controller(raft)
+
+        def broken(records: Sequence[bytes], *, epoch: int | None = None) -> int:
+            raise RuntimeError("disk on fire")
+        raft.propose_nowait = broken  # type: ignore[method-assign]
+        with pytest.raises(errors.KraftlogError, match="failed while handling create"):
+            await asyncio.wait_for(controller.write("create", create("a")), 5)
+        with pytest.raises(RuntimeError, match="disk on fire"):
+            await controller.wait()
+        with pytest.raises(errors.KraftlogError, match="has failed"):
+            await asyncio.wait_for(controller.write("create", create("b")), 5)
+        await controller.stop()
+    asyncio.run(scenario())

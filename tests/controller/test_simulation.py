@@ -233,7 +233,7 @@ class _RaftLeadingEpoch7:
         self.next_offset = 10
         self.proposed: list[tuple[int, list[bytes]]] = []
 
-    def propose_nowait(self, records: Sequence[bytes]) -> int:
+    def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         self.proposed.append((self.next_offset, list(records)))
         self.next_offset += len(records)
         return self.next_offset - 1

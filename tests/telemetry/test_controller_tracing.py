@@ -276,7 +276,7 @@ class _Raft:
         self.next_offset = 5
         self.leading = True
 
-    def propose_nowait(self, records: Sequence[bytes]) -> int:
+    def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         if not self.leading:
             raise errors.NotLeaderError("not the leader", leader_id=2)
         self.next_offset += len(records)

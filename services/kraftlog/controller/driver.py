@@ -240,6 +240,7 @@ class QuorumController:
         self.last_written_offset = -1
         self.committed_offset = -1
         self._pending: deque[_Pending] = deque()
+        self._failed = False
         self.timings: dict[str, EventTimings] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -271,7 +272,18 @@ class QuorumController:
         return ControllerRaftListener(self, also)
 
     def enqueue(self, event: _Event) -> None:
+        if self._failed and isinstance(event, _Write | _Read):
+            # The loop is gone (a fatal error): answer at once rather than never.
+            event.future.set_exception(errors.KraftlogError(
+                f"controller {self.node_id} has failed; see its log"))
+            return
         self._queue.put_nowait(event)
+
+    def _fail_queued(self, failure: errors.KraftlogError) -> None:
+        while not self._queue.empty():
+            queued = self._queue.get_nowait()
+            if isinstance(queued, _Write | _Read) and not queued.future.done():
+                queued.future.set_exception(failure)
 
     # -- the public face ---------------------------------------------------------------------------
 
@@ -341,7 +353,13 @@ class QuorumController:
                     self.epoch,
                     kind,
                 )
+                self._failed = True
+                failure = errors.KraftlogError(
+                    f"controller {self.node_id} failed while handling {kind}; see its log")
+                if isinstance(event, _Write | _Read) and not event.future.done():
+                    event.future.set_exception(failure)
                 self._fail_pending("controller failed")
+                self._fail_queued(failure)
                 raise
             finished_ns = time.monotonic_ns()
             timing = self.timings.setdefault(kind, EventTimings())
