@@ -16,81 +16,13 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
-import subprocess
-import sys
 import time
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from quorum_cluster import CLUSTER_ID, Cluster, free_ports, kraftlog, wait_for
+from quorum_cluster import BROKERS, SESSION, TOPIC, Brokers, Cluster, wait_for
 
 from kraftlog.storage import record_batch as rb
-from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
-
-BROKERS = (4, 5, 6)
-TOPIC = "events"
-SESSION = {"broker.session.timeout.ms": 1500, "broker.heartbeat.interval.ms": 200,
-           "metadata.max.idle.interval.ms": 200}
-
-
-class Brokers:
-    def __init__(self, root: pathlib.Path, cluster: Cluster) -> None:
-        self.root = root
-        self.ports = dict(zip(BROKERS, free_ports(len(BROKERS)), strict=True))
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in cluster.ports.items())
-        for broker in BROKERS:
-            data = root / f"broker-{broker}"
-            done = kraftlog("storage", "format", "--cluster-id", CLUSTER_ID, "--node-id",
-                            str(broker), "--data-dir", str(data))
-            assert done.returncode == 0, done.stderr
-            lines = [f"node.id={broker}", "process.roles=broker",
-                     f"controller.quorum.voters={voters}",
-                     f"listeners=PLAINTEXT://127.0.0.1:{self.ports[broker]}",
-                     f"log.dirs={data}", "replica.fetch.wait.max.ms=200",
-                     "replica.fetch.backoff.ms=100", "replica.lag.time.max.ms=3000",
-                     "controller.quorum.request.timeout.ms=500",
-                     "controller.quorum.fetch.timeout.ms=600",
-                     "controller.quorum.fetch.max.wait.ms=200",
-                     "controller.quorum.retry.backoff.ms=50",
-                     f"broker.heartbeat.interval.ms={SESSION['broker.heartbeat.interval.ms']}",
-                     f"broker.session.timeout.ms={SESSION['broker.session.timeout.ms']}"]
-            (root / f"broker-{broker}.properties").write_text("\n".join(lines) + "\n")
-
-    def start(self, broker: int) -> None:
-        log = (self.root / f"broker-{broker}.log").open("ab")
-        self.procs[broker] = subprocess.Popen(
-            [sys.executable, "-m", "kraftlog", "broker", "--config",
-             str(self.root / f"broker-{broker}.properties")],
-            stdout=log, stderr=log, start_new_session=True)
-        log.close()
-
-    def kill(self, broker: int) -> None:
-        proc = self.procs.pop(broker)
-        proc.kill()
-        proc.wait(timeout=10)
-
-    def kill_all(self) -> None:
-        for broker in list(self.procs):
-            self.kill(broker)
-
-    def stub(self, broker: int) -> broker_pb2_grpc.BrokerServiceStub:
-        channel = grpc.insecure_channel(f"127.0.0.1:{self.ports[broker]}")
-        return broker_pb2_grpc.BrokerServiceStub(channel)
-
-    def serving(self, broker: int) -> bool:
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{self.ports[broker]}") as channel:
-                answer = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(service="kraftlog.v1.BrokerService"),
-                    timeout=1.0)
-        except grpc.RpcError:
-            return False
-        return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- broker {b}\n" + (self.root / f"broker-{b}.log").read_text()[-4000:]
-                         for b in BROKERS if (self.root / f"broker-{b}.log").exists())
+from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
 
 
 def create_topic(cluster: Cluster) -> bool | None:
