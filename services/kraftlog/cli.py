@@ -19,7 +19,8 @@ from kraftlog import __version__, errors
 # Rooms that contribute subcommands, in help order. A missing module is a bug,
 # not an optional feature, so imports are not guarded.
 _COMMAND_MODULES = ("kraftlog.storage.commands", "kraftlog.raft.commands",
-                    "kraftlog.admin.quorum_commands", "kraftlog.broker.commands")
+                    "kraftlog.admin.quorum_commands", "kraftlog.broker.commands",
+                    "kraftlog.dev.commands")
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -1,0 +1,86 @@
+"""The dev cluster's layout: names, ports, the configs it writes, cluster.json."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from kraftlog import config as kconfig
+from kraftlog import errors
+from kraftlog.broker import process as broker_process
+from kraftlog.dev import layout as lay
+from kraftlog.raft import commands as raft_commands
+
+
+def make(tmp_path: pathlib.Path, **kwargs: object) -> lay.Layout:
+    return lay.Layout(directory=tmp_path, cluster_id="MkU3OEVBNTcwNTJENDM2Qg", **kwargs)  # type: ignore[arg-type]
+
+
+def test_default_nodes_names_and_ports(tmp_path: pathlib.Path) -> None:
+    layout = make(tmp_path)
+    assert [n.name for n in layout.nodes] == [
+        "controller-1", "controller-2", "controller-3", "broker-101", "broker-102",
+        "broker-103", "admin"]
+    assert [n.port for n in layout.nodes] == [19091, 19092, 19093, 19101, 19102, 19103, 19090]
+    assert layout.voters == "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093"
+    assert layout.bootstrap_servers == "127.0.0.1:19101,127.0.0.1:19102,127.0.0.1:19103"
+    assert len({n.port for n in make(tmp_path, controllers=5, brokers=9).nodes}) == 15
+
+
+def test_find_by_name_or_id(tmp_path: pathlib.Path) -> None:
+    layout = make(tmp_path)
+    assert layout.find("broker-102").node_id == 102
+    assert layout.find("2").name == "controller-2"
+    assert layout.find("admin").role is lay.Role.ADMIN
+    with pytest.raises(errors.ConfigError, match=r"no node 'broker-7'.*controller-1"):
+        layout.find("broker-7")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"controllers": 2}, "--controllers must be one of"),
+    ({"brokers": 0}, "--brokers must be 1..9"),
+    ({"brokers": 10}, "--brokers must be 1..9"),
+    ({"base_port": 80}, "--base-port must be"),
+])
+def test_bad_shapes_are_refused(tmp_path: pathlib.Path, kwargs: dict[str, object],
+                                message: str) -> None:
+    with pytest.raises(errors.ConfigError, match=message):
+        make(tmp_path, **kwargs)
+
+
+def test_written_configs_parse_with_no_unused_keys(tmp_path: pathlib.Path) -> None:
+    layout = make(tmp_path)
+    for node, definition in ((layout.of_role(lay.Role.CONTROLLER)[0],
+                              raft_commands.CONTROLLER_CONFIG),
+                             (layout.of_role(lay.Role.BROKER)[0], broker_process.BROKER_CONFIG)):
+        raw, sources = kconfig.parse_properties(layout.config_text(node))
+        cfg = definition.parse(raw, sources=sources)
+        assert cfg.unused() == ()
+        assert cfg.get_int("node.id") == node.node_id
+        assert cfg.get_int("min.insync.replicas") == 2
+    one_broker = make(tmp_path, brokers=1)
+    text = one_broker.config_text(one_broker.of_role(lay.Role.CONTROLLER)[0])
+    assert "default.replication.factor=1" in text and "min.insync.replicas=1" in text
+
+
+def test_cluster_json_round_trip_and_errors(tmp_path: pathlib.Path) -> None:
+    layout = make(tmp_path, controllers=5, brokers=4, base_port=20000, with_admin=False)
+    (tmp_path / lay.LAYOUT_FILE).write_text(layout.to_json())
+    assert lay.load(tmp_path) == layout
+    assert lay.load(tmp_path / "elsewhere") is None
+    for text, message in (("{", "not JSON"), ("[]", "expected an object"),
+                          ('{"version": 1}', "missing field 'clusterId'"),
+                          (layout.to_json().replace('"brokers": 4', '"brokers": "4"'),
+                           "brokers must be a int")):
+        (tmp_path / lay.LAYOUT_FILE).write_text(text)
+        with pytest.raises(errors.ConfigError, match=message) as caught:
+            lay.load(tmp_path)
+        assert str(tmp_path / lay.LAYOUT_FILE) in str(caught.value)
+
+
+def test_flags_that_contradict_the_stored_shape(tmp_path: pathlib.Path) -> None:
+    stored = make(tmp_path)
+    lay.check_same_shape(stored, controllers=3, brokers=None, base_port=None)
+    with pytest.raises(errors.ConfigError, match=r"created with --brokers 3.*--delete-data"):
+        lay.check_same_shape(stored, controllers=None, brokers=4, base_port=None)
