@@ -84,6 +84,18 @@ def test_another_incarnation_within_the_session_is_duplicate_broker_registration
     assert response.error.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
 
 
+def test_a_clean_restart_presenting_its_previous_epoch_registers_within_the_session() -> None:
+    # KIP-966: the new incarnation shows the epoch its predecessor shut down cleanly with.
+    h = Harness()
+    h.start_brokers({1: ""})
+    h.advance(1000)
+    old_epoch = h.epochs[1]
+    wrong = h.register(1, generation=1, previous_broker_epoch=old_epoch - 1)
+    assert wrong.error.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    response = h.register(1, generation=1, previous_broker_epoch=old_epoch)
+    assert response.error.code == ErrorCode.NONE and response.broker_epoch > old_epoch
+
+
 def test_another_incarnation_after_the_session_expired_registers_and_is_fenced() -> None:
     h = Harness()
     h.start_brokers({1: "", 2: ""})

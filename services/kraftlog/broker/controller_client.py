@@ -106,8 +106,11 @@ class BrokerLifecycle:
                  incarnation_id: Uuid, listeners: Sequence[common_pb2.Endpoint], rack: str,
                  log_dir_ids: Sequence[Uuid], heartbeat_interval_ms: int,
                  metadata_offset: Callable[[], int],
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None,
+                 previous_broker_epoch: int = -1) -> None:
         self.client = client
+        # KIP-966: the epoch this broker cleanly shut down with (-1: unclean or first start).
+        self.previous_broker_epoch = previous_broker_epoch
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.incarnation_id = incarnation_id
@@ -168,7 +171,7 @@ class BrokerLifecycle:
                                                       min_supported_version=1,
                                                       max_supported_version=1)],
                 log_dirs=[server.uuid_to_proto(d) for d in self.log_dir_ids],
-                previous_broker_epoch=-1)
+                previous_broker_epoch=self.previous_broker_epoch)
             try:
                 answer = await self.client.call(
                     "BrokerRegistration", request,

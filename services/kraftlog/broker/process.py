@@ -54,7 +54,7 @@ from opentelemetry import trace
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.broker import controller_client, fetcher_driver, server
+from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, server
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
@@ -64,7 +64,7 @@ from kraftlog.metadata import image as im
 from kraftlog.metadata import loader as ld
 from kraftlog.metadata import record_convert
 from kraftlog.raft import commands as raft_commands
-from kraftlog.raft import driver, transport
+from kraftlog.raft import driver, shared_driver, transport
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
@@ -362,42 +362,61 @@ class _Publisher:
             self._tracer.start_span(name, attributes=attributes).end()
 
 
-async def serve(cfg: kconfig.Config) -> int:
+async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
+    """Run the broker until SIGTERM/SIGINT; with ``shared`` (combined mode) it listens to
+    the co-located controller's raft driver instead of fetching the log as an observer,
+    and stops on ``shared.stop``."""
     node_id = cfg.get_int("node.id")
     if "broker" not in cfg.get_list("process.roles"):
         raise errors.ConfigError("process.roles must contain 'broker' for 'kraftlog broker'")
     voters = parse_voters(cfg.get_str("controller.quorum.voters"))
-    if node_id in voters:
+    if node_id in voters and shared is None:
         raise errors.ConfigError(f"node.id {node_id} is a controller voter; a broker must use "
-                                 "an id outside controller.quorum.voters")
-    listeners = parse_listeners(cfg.get_list("listeners"))
-    advertised = parse_listeners(cfg.get_list("advertised.listeners") or cfg.get_list("listeners"))
+                                 "an id outside controller.quorum.voters (or run both roles "
+                                 "in one process with 'kraftlog server')")
+    controller_names = set(cfg.get_list("controller.listener.names"))
+    listeners = [e for e in parse_listeners(cfg.get_list("listeners"))
+                 if e.listener_name not in controller_names]
+    advertised = [e for e in parse_listeners(cfg.get_list("advertised.listeners")
+                                             or cfg.get_list("listeners"))
+                  if e.listener_name not in controller_names]
+    if not listeners or not advertised:
+        raise errors.ConfigError("listeners has no broker listener (only "
+                                 f"controller.listener.names {sorted(controller_names)})")
     log_dirs = [pathlib.Path(d) for d in cfg.get_list("log.dirs")]
     meta_dir = pathlib.Path(cfg.get_str("metadata.log.dir") or log_dirs[0])
     cluster_id = raft_commands.check_storage(meta_dir, node_id)
     dir_ids = [p.directory_id for d in log_dirs
                if (p := check_log_dir(d, node_id, cluster_id)).directory_id is not None]
-    partition_dir = meta_dir / raft_commands.METADATA_PARTITION_DIR
-    store = qss.FileQuorumStateStore(partition_dir / qss.QUORUM_STATE_FILE_NAME,
-                                     cluster_id=cluster_id)
-    store.read()  # a corrupt file refuses before anything starts
-    raft_log = StorageRaftLog.open(partition_dir, clock_ms=wall_ms)
+    raft_log: StorageRaftLog | None = None
+    store: qss.FileQuorumStateStore | None = None
+    if shared is None:  # combined mode: the controller owns the metadata log
+        partition_dir = meta_dir / raft_commands.METADATA_PARTITION_DIR
+        store = qss.FileQuorumStateStore(partition_dir / qss.QUORUM_STATE_FILE_NAME,
+                                         cluster_id=cluster_id)
+        store.read()  # a corrupt file refuses before anything starts
+        raft_log = StorageRaftLog.open(partition_dir, clock_ms=wall_ms)
     try:
         tracer = tracing.setup_tracing(role="broker", node_id=node_id)
         try:
             return await _run(cfg, node_id=node_id, voters=voters, cluster_id=cluster_id,
                               listeners=listeners, advertised=advertised, log_dirs=log_dirs,
-                              dir_ids=dir_ids, raft_log=raft_log, store=store, tracer=tracer)
+                              dir_ids=dir_ids, raft_log=raft_log, store=store, tracer=tracer,
+                              shared=shared)
         finally:
             tracer.shutdown()  # flushes the spans still buffered
     finally:
-        raft_log.close()
+        if raft_log is not None:
+            raft_log.close()
+        if shared is not None:
+            shared.broker_done()
 
 
 async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], cluster_id: str,
                listeners: list[common_pb2.Endpoint], advertised: list[common_pb2.Endpoint],
-               log_dirs: list[pathlib.Path], dir_ids: list[Uuid], raft_log: StorageRaftLog,
-               store: qss.FileQuorumStateStore, tracer: tracing.Tracing) -> int:
+               log_dirs: list[pathlib.Path], dir_ids: list[Uuid], raft_log: StorageRaftLog | None,
+               store: qss.FileQuorumStateStore | None, tracer: tracing.Tracing,
+               shared: shared_driver.SharedRaft | None = None) -> int:
     listener_name = cfg.get_str("inter.broker.listener.name")
     if listener_name not in {e.listener_name for e in advertised}:
         raise errors.ConfigError(f"inter.broker.listener.name {listener_name} is not among the "
@@ -418,6 +437,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                           retention_ms=cfg.get_int("log.retention.ms"),
                                           retention_bytes=cfg.get_int("log.retention.bytes")),
                      partition_config=partition_config, image=lambda: loader.image)
+    previous_broker_epoch = clean_shutdown.take(log_dirs)
     logs.recover_all()
     reconciler = rc.Reconciler(broker_id=node_id, manager=manager, store=logs)
 
@@ -430,7 +450,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         listeners=advertised, rack=cfg.get_str("broker.rack"), log_dir_ids=dir_ids,
         heartbeat_interval_ms=cfg.get_int("broker.heartbeat.interval.ms"),
         metadata_offset=lambda: loader.image.provenance.last_offset,
-        on_change=health_changed.set)
+        on_change=health_changed.set, previous_broker_epoch=previous_broker_epoch)
 
     def endpoint_of(broker_id: int) -> str | None:
         broker = loader.image.cluster.broker(broker_id)
@@ -448,11 +468,19 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     publisher = _Publisher(reconciler, fetchers, data, on_image=health_changed.set,
                            tracer=tracer.tracer)
     loader.add_publisher(publisher)
-    raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
-                             config=settings, log=raft_log, store=store, listener=loader,
-                             channel_interceptors=(
-                                 grpc_tracing.client_interceptors(tracer.tracer)
-                                 if tracer.enabled else ()))
+    if shared is None:
+        assert raft_log is not None and store is not None
+        raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
+                                 config=settings, log=raft_log, store=store, listener=loader,
+                                 channel_interceptors=(
+                                     grpc_tracing.client_interceptors(tracer.tracer)
+                                     if tracer.enabled else ()))
+    else:
+        shared.register_listener(loader)
+        published = await shared.wait_published()
+        if published is None:
+            return 0  # the process stops before the controller started raft
+        raft = published
 
     grpc_server: Any = grpc.aio.server(
         options=transport.server_options(),
@@ -476,7 +504,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health.set(LIVENESS_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     data.start()
-    raft.start()
+    if shared is None:
+        raft.start()
     lifecycle.start()
     logger.info("broker=%d event=started listener=%s cluster_id=%s voters=%s pid=%d", node_id,
                 listen, cluster_id, ",".join(f"{v}@{e}" for v, e in sorted(voters.items())),
@@ -525,10 +554,11 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                     partition.log.delete_old_segments(
                         wall_ms(), high_watermark=partition.high_watermark)
 
-    stop = asyncio.Event()
+    stop = shared.stop if shared is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if shared is None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     tasks = [loop.create_task(publish_health(), name="broker-health"),
              loop.create_task(send_alter_partitions(), name="broker-alter-partition"),
              loop.create_task(periodic(), name="broker-periodic"),
@@ -537,6 +567,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     stop_task = loop.create_task(stop.wait(), name="broker-stop-signal")
     raft_task = loop.create_task(raft.wait(), name="broker-raft-wait")
     exit_code = 0
+    shut_down_cleanly = False
     try:
         done, _ = await asyncio.wait({stop_task, raft_task, *tasks},
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -549,13 +580,15 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         else:
             timeout_s = cfg.get_int("broker.session.timeout.ms") / 1000
             done_ok = await lifecycle.controlled_shutdown(timeout_s)
+            shut_down_cleanly = done_ok
             logger.info("broker=%d event=controlled_shutdown completed=%s", node_id, done_ok)
     finally:
         await health.enter_graceful_shutdown()
         await lifecycle.stop()
         await fetchers.stop()
         await data.stop()
-        await raft.stop(graceful=False)
+        if shared is None:
+            await raft.stop(graceful=False)
         for task in (*tasks, stop_task, raft_task):
             task.cancel()
         await asyncio.gather(*tasks, stop_task, raft_task, return_exceptions=True)
@@ -563,6 +596,10 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await grpc_server.stop(SHUTDOWN_GRACE_S)
         logs.write_checkpoints(manager.high_watermarks())
         logs.close(list(manager.partitions.values()))
+        if shut_down_cleanly:
+            clean_shutdown.write(log_dirs, lifecycle.broker_epoch)
+            logger.info("broker=%d event=clean_shutdown_marked broker_epoch=%d", node_id,
+                        lifecycle.broker_epoch)
     return exit_code
 
 

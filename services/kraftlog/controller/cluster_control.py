@@ -238,6 +238,9 @@ class ClusterControlManager:
         if (
             existing is not None
             and existing.incarnation_id != request.incarnation_id
+            # A broker presenting the epoch its predecessor cleanly shut down with is that
+            # broker restarting (KIP-966), not a second process with the same id.
+            and request.previous_broker_epoch != existing.broker_epoch
             and self.heartbeats.has_valid_session(request.broker_id, now_ms)
         ):
             raise api.RequestError(

@@ -47,7 +47,7 @@ from grpc_reflection.v1alpha import reflection
 from kraftlog import config as kconfig
 from kraftlog import errors
 from kraftlog.controller import process as controller_process
-from kraftlog.raft import driver, transport
+from kraftlog.raft import consensus, driver, listeners, shared_driver, transport
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import RaftConfig, parse_voters
@@ -188,7 +188,9 @@ def check_storage(directory: pathlib.Path, node_id: int) -> str:
 
 # -- the process ------------------------------------------------------------------------------------
 
-async def serve(cfg: kconfig.Config) -> int:
+async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
+    """Run the controller until SIGTERM/SIGINT (or, combined with a broker in one
+    process, until ``shared.stop``); the exit code."""
     node_id = cfg.get_int("node.id")
     if "controller" not in cfg.get_list("process.roles"):
         raise errors.ConfigError("process.roles must contain 'controller' for "
@@ -224,7 +226,9 @@ async def serve(cfg: kconfig.Config) -> int:
             return await _run(node_id, voters, cluster_id, settings, listen, log, store,
                               host=host, tracer=tracer, registry=registry,
                               metrics_port=cfg.get_int("kraftlog.metrics.port"),
-                              metrics_host=cfg.get_str("kraftlog.metrics.host"))
+                              metrics_host=cfg.get_str("kraftlog.metrics.host"),
+                              shared=shared,
+                              broker_shutdown_s=cfg.get_int("broker.session.timeout.ms") / 1000)
         finally:
             registry.close()
             tracer.shutdown()  # flushes the spans still buffered
@@ -236,7 +240,8 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
                listen: str, log: StorageRaftLog, store: qss.FileQuorumStateStore, *,
                host: controller_process.ControllerHost,
                tracer: tracing.Tracing, registry: metrics.MetricsRegistry, metrics_port: int,
-               metrics_host: str) -> int:
+               metrics_host: str, shared: shared_driver.SharedRaft | None = None,
+               broker_shutdown_s: float = 0.0) -> int:
     health = grpc_health.aio.HealthServicer()
     servicer = transport.RaftServicer()
     server: Any = transport.create_server(servicer, interceptors=(
@@ -263,9 +268,15 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
                                           on_election_done=raft_metrics.observe_election)
     clock = driver.SystemClock()
     status_q: asyncio.Queue[driver.Status] = asyncio.Queue()
-    listener = metrics.MeteredListener(host.listener(), raft_metrics,
-                                       now_ms=clock.monotonic_ms,
-                                       is_leader=lambda: raft.status.role is Role.LEADER)
+    listener: consensus.RaftListener = metrics.MeteredListener(
+        host.listener(), raft_metrics, now_ms=clock.monotonic_ms,
+        is_leader=lambda: raft.status.role is Role.LEADER)
+    if shared is not None:
+        # Combined mode: the co-located broker's metadata loader hears the same log.
+        broker_listener = await shared.wait_registered()
+        if broker_listener is None:
+            return 0  # stopping before the broker was set up
+        listener = listeners.FanOutListener([listener, broker_listener])
     raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
                              config=settings, log=log, store=store, clock=clock,
                              listener=listener, on_status=status_q.put_nowait,
@@ -283,14 +294,17 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
     await health.set(LIVENESS_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     raft.start()
     host.start()
+    if shared is not None:
+        shared.publish(raft)
     logger.info("node=%s epoch=%s event=started listener=%s cluster_id=%s voters=%s pid=%s",
                 node_id, raft.status.epoch, listen, cluster_id,
                 ",".join(f"{v}@{e}" for v, e in sorted(voters.items())), os.getpid())
 
-    stop = asyncio.Event()
+    stop = shared.stop if shared is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if shared is None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
 
     async def publish_health() -> None:
         serving: bool | None = None
@@ -336,6 +350,12 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
             logger.info("node=%s epoch=%s event=shutdown role=%s", node_id, raft.status.epoch,
                         raft.status.role.value)
     finally:
+        if shared is not None:
+            # The broker's controlled shutdown needs this controller (or another) to answer.
+            stop.set()
+            if not await shared.wait_broker_done(broker_shutdown_s + SHUTDOWN_GRACE_S):
+                logger.warning("node=%s event=shutdown detail='the co-located broker did not "
+                               "stop in time'", node_id)
         await health.enter_graceful_shutdown()
         await host.stop()
         await raft.stop(graceful=exit_code == 0)
