@@ -10,6 +10,12 @@ truncate on a diverging epoch, reset, back off). After OFFSET_OUT_OF_RANGE it as
 the leader's log end with ListOffsets. A transport error backs the whole fetcher
 off ``replica.fetch.backoff.ms``.
 
+KIP-73 follower throttle (:mod:`kraftlog.broker.replication_quota`): while the
+broker's follower quota is exceeded, a throttled partition that is not caught up
+with the leader's high watermark is left out of the Fetch (when nothing else is
+left, the fetcher waits out the quota's throttle time, at most the backoff); the
+bytes appended for throttled partitions are recorded against the quota.
+
 The leader counts a follower's progress only from the fetch offsets it sends, so
 records appended here are acknowledged by the next Fetch, which leaves at once.
 
@@ -32,6 +38,7 @@ from kraftlog.broker import follower as follower_mod
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
+from kraftlog.broker import replication_quota as rq
 from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
@@ -40,6 +47,9 @@ from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
+
+MIN_THROTTLE_WAIT_MS = 10
+"""Shortest wait while every fetchable partition is held back by the follower quota."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,8 +75,9 @@ class ReplicaFetcher:
 
     def __init__(self, *, broker_id: int, source_id: int, endpoint: Callable[[int], str | None],
                  broker_epoch: Callable[[], int], data: server.DataPlane,
-                 config: FetcherConfig) -> None:
+                 config: FetcherConfig, quota: rq.ReplicationQuota | None = None) -> None:
         self.broker_id = broker_id
+        self.quota = quota or rq.ReplicationQuota(rq.QuotaType.FOLLOWER)
         self.source_id = source_id
         self._endpoint = endpoint
         self._broker_epoch = broker_epoch
@@ -92,6 +103,10 @@ class ReplicaFetcher:
         if removed:
             self._kick()
         return removed
+
+    def wake(self) -> None:
+        """End a wait for fetchable partitions now (an in-flight Fetch is left alone)."""
+        self._changed.set()
 
     def _kick(self) -> None:
         # The partition set changed: a Fetch parked at the leader would hold new partitions back
@@ -147,8 +162,20 @@ class ReplicaFetcher:
     async def _run_once(self, backoff_s: float) -> None:
         """One Fetch round trip (or one wait while nothing is fetchable)."""
         now_ms = self._data.now_ms()
-        entries = {tp: (state, request) for tp, state in self.states.items()
-                   if (request := state.build_fetch_request(now_ms)) is not None}
+        quota = self.quota
+        exceeded = quota.is_quota_exceeded(now_ms)
+        entries: dict[TopicPartition, tuple[follower_mod.FollowerFetchState,
+                                            follower_mod.FollowerFetchRequest]] = {}
+        held_back = False
+        for tp, state in self.states.items():
+            request = state.build_fetch_request(now_ms)
+            if request is None:
+                continue
+            # Kafka's shouldFollowerThrottle: never an in-sync replica.
+            if exceeded and not state.is_replica_in_sync and quota.is_throttled(tp):
+                held_back = True
+                continue
+            entries[tp] = (state, request)
         if not entries:
             self._changed.clear()
             wait_s = backoff_s
@@ -156,6 +183,9 @@ class ReplicaFetcher:
                        if s.status is follower_mod.FollowerStatus.DELAYED]
             if delayed:
                 wait_s = max(0.0, min(delayed) - now_ms) / 1000
+            if held_back:
+                wait_s = min(wait_s, max(MIN_THROTTLE_WAIT_MS,
+                                         quota.throttle_time_ms(now_ms)) / 1000)
             try:
                 async with asyncio.timeout(wait_s):
                     await self._changed.wait()
@@ -244,6 +274,9 @@ class ReplicaFetcher:
                     error=ErrorCode(data.error.code), high_watermark=data.high_watermark,
                     log_start_offset=data.log_start_offset, records=data.records,
                     diverging_epoch=diverging), now_ms=self._data.now_ms())
+                if (outcome.action is follower_mod.FollowerAction.APPENDED and data.records
+                        and self.quota.is_throttled(tp)):
+                    self.quota.record(len(data.records), self._data.now_ms())
                 if outcome.action is follower_mod.FollowerAction.LIST_OFFSETS:
                     await self._list_leader_end(stub, state)
 
@@ -270,8 +303,10 @@ class ReplicaFetcherManager:
 
     def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, data: server.DataPlane,
                  endpoint: Callable[[int], str | None], broker_epoch: Callable[[], int],
-                 config: FetcherConfig) -> None:
+                 config: FetcherConfig, quota: rq.ReplicationQuota | None = None) -> None:
         self.broker_id = broker_id
+        self.quota = quota or rq.ReplicationQuota(rq.QuotaType.FOLLOWER)
+        """The broker's follower-side replication quota, shared by every fetcher."""
         self.manager = manager
         self._data = data
         self._endpoint = endpoint
@@ -279,6 +314,11 @@ class ReplicaFetcherManager:
         self.config = config
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._stopping: list[asyncio.Task[None]] = []
+
+    def wake(self) -> None:
+        """Every fetcher waiting while nothing was fetchable looks again (a throttle changed)."""
+        for fetcher in self.fetchers.values():
+            fetcher.wake()
 
     def _remove(self, tp: TopicPartition) -> None:
         for source_id, fetcher in list(self.fetchers.items()):
@@ -300,7 +340,7 @@ class ReplicaFetcherManager:
                 fetcher = self.fetchers[target.leader_id] = ReplicaFetcher(
                     broker_id=self.broker_id, source_id=target.leader_id,
                     endpoint=self._endpoint, broker_epoch=self._broker_epoch, data=self._data,
-                    config=self.config)
+                    config=self.config, quota=self.quota)
                 fetcher.start()
             fetcher.add(follower_mod.FollowerFetchState(
                 partition, leader_id=target.leader_id, leader_epoch=target.leader_epoch,

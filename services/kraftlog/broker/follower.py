@@ -164,6 +164,14 @@ class FollowerFetchState:
         self.partition_max_bytes = partition_max_bytes
         self.status = FollowerStatus.FETCHING
         self.delayed_until_ms = 0
+        self.lag: int | None = None
+        """The leader's high watermark minus our log end after the last append; None before one."""
+
+    @property
+    def is_replica_in_sync(self) -> bool:
+        """Caught up with the leader's high watermark at the last answer (Kafka's
+        ``PartitionFetchState.isReplicaInSync``): such a replica is never throttled."""
+        return self.lag is not None and self.lag <= 0
 
     def _where(self) -> str:
         return (f"broker={self.partition.local_broker_id} partition={self.partition.topic_partition} "
@@ -238,6 +246,7 @@ class FollowerFetchState:
         if response.log_start_offset > p.log_start_offset:
             p.maybe_increment_log_start_offset(response.log_start_offset)
         changed = p.update_follower_high_watermark(response.high_watermark)
+        self.lag = max(0, response.high_watermark - p.log_end_offset)
         return FollowerOutcome(action=FollowerAction.APPENDED, appended=info, high_watermark_changed=changed)
 
     def _handle_out_of_range(self, request: FollowerFetchRequest,

@@ -22,6 +22,13 @@ Startup, in order (Kafka's BrokerServer):
    ``log.retention.ms`` / ``log.retention.bytes`` every ``log.retention.check.interval.ms``
    (below the high watermark only).
 
+Replication throttles (KIP-73, :mod:`.replication_quota`): every metadata delta that
+touches configs re-reads the broker's ``leader.replication.throttled.rate`` /
+``follower.replication.throttled.rate`` (its own BROKER resource, else the cluster
+default ``""``) and the topics' ``leader.replication.throttled.replicas`` /
+``follower.replication.throttled.replicas``; the rates are measured over
+``replication.quota.window.num`` samples of ``replication.quota.window.size.seconds``.
+
 Tracing (``OTEL_*`` variables, off by default): a span per partition leader change seen
 here (become_leader / become_follower / replica_deleted) and per AlterPartition call;
 trace context crosses the gRPC hops (server interceptors, raft client interceptors).
@@ -58,6 +65,7 @@ from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, s
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
+from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
@@ -139,6 +147,12 @@ BROKER_CONFIG = kconfig.ConfigDef([
                       doc="ms the leader may hold a follower's fetch"),
     kconfig.ConfigKey(name="replica.fetch.min.bytes", type=_I, default=_FETCH.fetch_min_bytes,
                       validator=kconfig.at_least(0), doc="bytes a follower's fetch waits for"),
+    kconfig.ConfigKey(name="replication.quota.window.num", type=_I,
+                      default=rq.DEFAULT_QUOTA_WINDOW_NUM, validator=kconfig.at_least(1),
+                      doc="samples the replication throttles' byte rates are measured over"),
+    kconfig.ConfigKey(name="replication.quota.window.size.seconds", type=_I,
+                      default=rq.DEFAULT_QUOTA_WINDOW_SIZE_SECONDS, validator=kconfig.at_least(1),
+                      doc="seconds each replication throttle sample spans"),
     kconfig.ConfigKey(name="replica.high.watermark.checkpoint.interval.ms", type=_I,
                       default=5000, validator=kconfig.at_least(1),
                       doc="ms between replication-offset-checkpoint writes"),
@@ -320,17 +334,28 @@ class _Publisher:
 
     def __init__(self, reconciler: rc.Reconciler, fetchers: fetcher_driver.ReplicaFetcherManager,
                  data: server.DataPlane, on_image: Callable[[], None],
-                 tracer: trace.Tracer) -> None:
+                 tracer: trace.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = ()) -> None:
         self.reconciler = reconciler
+        self.quotas = quotas
         self.fetchers = fetchers
         self.data = data
         self._on_image = on_image
         self._tracer = tracer
 
     def on_metadata_update(self, delta: dl.MetadataDelta, image: im.MetadataImage) -> None:
+        if delta.configs_delta is not None:
+            self.apply_throttles(image)
         result = self.reconciler.apply_delta(delta, image, now_ms=wall_ms())
         self.apply(result)
         self._on_image()
+
+    def apply_throttles(self, image: im.MetadataImage) -> None:
+        """KIP-73 replication throttles from the image's broker and topic configs."""
+        for quota in self.quotas:
+            for problem in quota.apply_configs(image.configs, self.reconciler.broker_id):
+                logger.warning("broker=%d event=invalid_throttle_config quota=%s problem=%r",
+                               self.reconciler.broker_id, quota.quota_type.value, problem)
+        self.fetchers.wake()
 
     def reconcile_all(self, image: im.MetadataImage) -> None:
         self.apply(self.reconciler.reconcile_all(image, now_ms=wall_ms()))
@@ -423,7 +448,12 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                  f"advertised listeners "
                                  f"{sorted(e.listener_name for e in advertised)}")
     loader = ld.MetadataLoader(decode=record_convert.decode)
-    manager = rm.ReplicaManager(broker_id=node_id)
+    quota_window = rq.QuotaWindow(
+        samples=cfg.get_int("replication.quota.window.num"),
+        sample_ms=cfg.get_int("replication.quota.window.size.seconds") * 1000)
+    leader_quota = rq.ReplicationQuota(rq.QuotaType.LEADER, window=quota_window)
+    follower_quota = rq.ReplicationQuota(rq.QuotaType.FOLLOWER, window=quota_window)
+    manager = rm.ReplicaManager(broker_id=node_id, leader_quota=leader_quota)
     health = grpc_health.aio.HealthServicer()
     health_changed = asyncio.Event()
     alter_wakeup = asyncio.Event()
@@ -464,9 +494,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             fetch_max_bytes=cfg.get_int("replica.fetch.max.bytes"),
             fetch_response_max_bytes=cfg.get_int("replica.fetch.response.max.bytes"),
             fetch_wait_max_ms=cfg.get_int("replica.fetch.wait.max.ms"),
-            fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes")))
+            fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes")), quota=follower_quota)
     publisher = _Publisher(reconciler, fetchers, data, on_image=health_changed.set,
-                           tracer=tracer.tracer)
+                           tracer=tracer.tracer, quotas=(leader_quota, follower_quota))
     loader.add_publisher(publisher)
     if shared is None:
         assert raft_log is not None and store is not None

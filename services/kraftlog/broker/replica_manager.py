@@ -4,8 +4,11 @@ Owns the map ``TopicPartition -> Partition`` of replicas hosted here, each
 replica's :class:`ReplicaState` (seed 003's replica state machine, shown in
 logs and DescribeLogDirs), the produce and fetch fan-out with an error per
 partition, the delayed produce / fetch purgatories, the collection of pending
-AlterPartition proposals, ISR expiry, and the high watermarks for
-``replication-offset-checkpoint``.
+AlterPartition proposals, ISR expiry, the high watermarks for
+``replication-offset-checkpoint``, and the leader side of the KIP-73
+replication quota (:mod:`kraftlog.broker.replication_quota`): a follower
+outside the ISR fetching a throttled partition gets no records while the quota
+is exceeded, and the bytes sent for throttled partitions are recorded.
 
 Callers: the broker's gRPC server (Produce, Fetch), the reconciler (adds and
 removes partitions, role changes, replica states), the replica fetchers (via
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import purgatory
+from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
 from kraftlog.metadata.records import NO_LEADER
@@ -154,8 +158,10 @@ class Completed:
 class ReplicaManager:
     """The partitions hosted on broker ``broker_id``. See the module docstring."""
 
-    def __init__(self, *, broker_id: int) -> None:
+    def __init__(self, *, broker_id: int, leader_quota: rq.ReplicationQuota | None = None) -> None:
         self.broker_id = broker_id
+        self.leader_quota = leader_quota or rq.ReplicationQuota(rq.QuotaType.LEADER)
+        """KIP-73 leader-side replication quota (unlimited unless configured)."""
         self._partitions: dict[TopicPartition, partition_mod.Partition] = {}
         self._states: dict[TopicPartition, ReplicaState] = {}
         self._produce_purgatory = purgatory.produce_purgatory(self._check_enough_replicas)
@@ -317,15 +323,33 @@ class ReplicaManager:
                       or any(r.error is not ErrorCode.NONE or r.diverging_epoch is not None
                              for r in responses.values()))
         if answer_now:
+            self._record_replication(params, responses, now_ms)
             return FetchOutcome(responses=responses)
         op = purgatory.DelayedFetch(
             op_id=self._new_op_id(), deadline_ms=now_ms + params.max_wait_ms, params=params,
             partitions={tp: purgatory.FetchPartitionStatus(fetch_offset_metadata=metadata[tp], request=request)
                         for tp, request in partitions.items()})
         if self._fetch_purgatory.try_complete_else_watch(op):
-            return FetchOutcome(responses=self._read(params, partitions, now_ms=now_ms,
-                                                     update_fetch_state=False)[0])
+            responses = self._read(params, partitions, now_ms=now_ms, update_fetch_state=False)[0]
+            self._record_replication(params, responses, now_ms)
+            return FetchOutcome(responses=responses)
         return FetchOutcome(responses=None, delayed_op_id=op.op_id)
+
+    def _should_leader_throttle(self, tp: TopicPartition, partition: partition_mod.Partition,
+                                params: purgatory.FetchParams, now_ms: int) -> bool:
+        # Kafka's shouldLeaderThrottle: followers only, and never one in the ISR.
+        return params.is_from_follower and self.leader_quota.should_throttle(
+            tp, in_sync=params.replica_id in partition.isr, now_ms=now_ms)
+
+    def _record_replication(self, params: purgatory.FetchParams,
+                            responses: Mapping[TopicPartition, FetchPartitionResponse], now_ms: int) -> None:
+        # Kafka records the bytes of throttled partitions sent to followers (in sync or
+        # not) once the response is final: they count against the leader quota.
+        if not params.is_from_follower:
+            return
+        quota = self.leader_quota
+        sent = sum(len(r.records) for tp, r in responses.items() if r.records and quota.is_throttled(tp))
+        quota.record(sent, now_ms)
 
     def _read(self, params: purgatory.FetchParams,
               partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest], *, now_ms: int,
@@ -345,12 +369,16 @@ class ReplicaManager:
                 responses[tp] = FetchPartitionResponse(error=error, error_message=message)
                 continue
             hw_before = partition.high_watermark
+            # A throttled partition is read for nothing (KIP-73: no records, no error): the
+            # follower's fetch offset still counts, only the data waits for the quota.
+            throttled = self._should_leader_throttle(tp, partition, params, now_ms)
             result = partition.read_records(
-                fetch_offset=request.fetch_offset, max_bytes=max(0, min(request.partition_max_bytes, remaining)),
+                fetch_offset=request.fetch_offset,
+                max_bytes=0 if throttled else max(0, min(request.partition_max_bytes, remaining)),
                 isolation=isolation, now_ms=now_ms, replica_id=params.replica_id,
                 current_leader_epoch=request.current_leader_epoch, last_fetched_epoch=request.last_fetched_epoch,
-                follower_log_start_offset=request.log_start_offset, min_one_message=min_one_message,
-                update_fetch_state=update_fetch_state)
+                follower_log_start_offset=request.log_start_offset,
+                min_one_message=min_one_message and not throttled, update_fetch_state=update_fetch_state)
             responses[tp] = FetchPartitionResponse(
                 error=result.error, high_watermark=result.high_watermark,
                 last_stable_offset=result.last_stable_offset, log_start_offset=result.log_start_offset,
@@ -371,10 +399,13 @@ class ReplicaManager:
         partition, _error, _message = self._serving_partition(tp)
         if partition is None:
             return None
-        return partition.bytes_available(
+        available = partition.bytes_available(
             fetch_offset_metadata=status.fetch_offset_metadata, isolation=params.fetch_isolation,
             current_leader_epoch=status.request.current_leader_epoch,
             last_fetched_epoch=status.request.last_fetched_epoch)
+        if available and self._should_leader_throttle(tp, partition, params, self._now_ms):
+            return 0  # Kafka's DelayedFetch: throttled bytes do not complete a waiting fetch
+        return available
 
     # ================================================================== completion plumbing
 
@@ -394,6 +425,7 @@ class ReplicaManager:
         # the follower's progress a second time.
         responses, _ = self._read(fetch.params, fetch.requests(), now_ms=self._now_ms,
                                   update_fetch_state=False)
+        self._record_replication(fetch.params, responses, self._now_ms)
         self._completed_fetches.append(CompletedFetch(op_id=fetch.op_id, responses=responses))
 
     def take_completed(self) -> Completed:
