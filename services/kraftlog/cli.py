@@ -20,7 +20,8 @@ from kraftlog import __version__, errors
 # not an optional feature, so imports are not guarded.
 _COMMAND_MODULES = ("kraftlog.storage.commands", "kraftlog.raft.commands",
                     "kraftlog.admin.quorum_commands", "kraftlog.broker.commands",
-                    "kraftlog.dev.commands")
+                    "kraftlog.dev.commands", "kraftlog.admin.server_commands",
+                    "kraftlog.admin.topic_commands", "kraftlog.admin.reassign_commands")
 
 EXIT_OK = 0
 EXIT_ERROR = 1

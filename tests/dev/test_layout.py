@@ -8,6 +8,7 @@ import pytest
 
 from kraftlog import config as kconfig
 from kraftlog import errors
+from kraftlog.admin import server_commands as admin_commands
 from kraftlog.broker import process as broker_process
 from kraftlog.dev import layout as lay
 from kraftlog.raft import commands as raft_commands
@@ -59,6 +60,9 @@ def test_written_configs_parse_with_no_unused_keys(tmp_path: pathlib.Path) -> No
         assert cfg.unused() == ()
         assert cfg.get_int("node.id") == node.node_id
         assert cfg.get_int("min.insync.replicas") == 2
+    admin = layout.of_role(lay.Role.ADMIN)[0]
+    raw, sources = kconfig.parse_properties(layout.config_text(admin))
+    assert admin_commands.ADMIN_CONFIG.parse(raw, sources=sources).unused() == ()
     one_broker = make(tmp_path, brokers=1)
     text = one_broker.config_text(one_broker.of_role(lay.Role.CONTROLLER)[0])
     assert "default.replication.factor=1" in text and "min.insync.replicas=1" in text

@@ -58,22 +58,30 @@ def run_up(args: argparse.Namespace) -> int:
 
 def _print_next_steps(layout: lay.Layout, quorum: proc.QuorumView) -> None:
     controller = layout.of_role(lay.Role.CONTROLLER)[0]
-    broker = layout.of_role(lay.Role.BROKER)[0]
+    brokers = layout.of_role(lay.Role.BROKER)
+    broker = layout.endpoint(brokers[0])
     print(f"""
 The cluster is up. Active controller: {quorum.leader_id} (epoch {quorum.epoch}).
   controller.quorum.voters = {layout.voters}
   bootstrap.servers        = {layout.bootstrap_servers}""")
-    if layout.with_admin:
-        print(f"  admin service            = {layout.endpoint(layout.of_role(lay.Role.ADMIN)[0])}")
-    print(f"""
-Try:
-  kraftlog topics create --topic demo --partitions 6 --replication-factor 3
-  kraftlog topics describe --topic demo
-  seq 1 100 | kraftlog produce --bootstrap-server {layout.endpoint(broker)} --topic demo
-  kraftlog consume --bootstrap-server {layout.endpoint(broker)} --topic demo --from-beginning --max-messages 100
-  kraftlog reassign generate --topics demo --brokers 101,102 > plan.json
+    if not layout.with_admin:
+        print("\nNo admin service (--no-admin): topics, reassign and leader-election need one.")
+        return
+    admin = layout.endpoint(layout.of_role(lay.Role.ADMIN)[0])
+    print(f"  admin service            = {admin}\n\nTry:")
+    if admin != f"127.0.0.1:{lay.DEFAULT_BASE_PORT}":
+        print(f"  export KRAFTLOG_ADMIN={admin}")
+    factor = min(2, len(brokers))
+    targets = ",".join(str(b.node_id) for b in brokers[-factor:])
+    print(f"""  kraftlog topics create --topic demo --partitions 6 --replication-factor {factor}
+  seq 1 1000 | kraftlog produce --bootstrap-server {broker} --topic demo --acks all
+  kraftlog consume --bootstrap-server {broker} --topic demo --from-beginning --max-messages 10
+  kraftlog reassign generate --topics demo --broker-list {targets} --output json \\
+      | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["proposed"]))' > plan.json
+  kraftlog reassign execute --reassignment-json-file plan.json --throttle 1000000
+  kraftlog reassign verify --reassignment-json-file plan.json --watch
   kraftlog quorum describe --bootstrap-controller {layout.endpoint(controller)} --status
-  kraftlog dev kill {ACTIVE_CONTROLLER}     # then 'quorum describe' shows the new leader
+  kraftlog dev kill {ACTIVE_CONTROLLER}     # then 'quorum describe' again: a new leader
   kraftlog dev status | kraftlog dev logs NODE | kraftlog dev down
 """)
 
