@@ -16,19 +16,38 @@ from collections.abc import Sequence
 
 from kraftlog import __version__, errors
 
-# Rooms that contribute subcommands, in help order. A missing module is a bug,
-# not an optional feature, so imports are not guarded.
-_COMMAND_MODULES = ("kraftlog.storage.commands", "kraftlog.raft.commands",
-                    "kraftlog.admin.quorum_commands", "kraftlog.broker.commands",
-                    "kraftlog.dev.commands", "kraftlog.admin.server_commands",
-                    "kraftlog.admin.topic_commands", "kraftlog.admin.reassign_commands")
+# Rooms that contribute subcommands, in help order, with the commands each adds. Only
+# the module of the command being run is imported (a CLI call should not pay for
+# importing the controller and broker processes); help and usage errors import all.
+# A missing module is a bug, not an optional feature, so imports are not guarded.
+_COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "kraftlog.storage.commands": ("storage", "log"),
+    "kraftlog.raft.commands": ("controller",),
+    "kraftlog.admin.quorum_commands": ("quorum",),
+    "kraftlog.broker.commands": ("broker", "server"),
+    "kraftlog.dev.commands": ("dev",),
+    "kraftlog.admin.server_commands": ("admin",),
+    "kraftlog.admin.topic_commands": ("topics", "cluster"),
+    "kraftlog.admin.reassign_commands": ("reassign", "leader-election"),
+}
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _modules_for(argv: Sequence[str] | None) -> list[str]:
+    """The command modules to import: the one owning the command in ``argv``, else all."""
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    if words:
+        for module, commands in _COMMAND_MODULES.items():
+            if words[0] in commands:
+                return [module]
+    return list(_COMMAND_MODULES)
+
+
+def build_parser(argv: Sequence[str] | None = None, *, every_command: bool = False,
+                 ) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kraftlog",
         description="kraftlog: Kafka's KRaft architecture as gRPC microservices.",
@@ -36,13 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kraftlog {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in _COMMAND_MODULES:
+    for name in list(_COMMAND_MODULES) if every_command else _modules_for(argv):
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
