@@ -510,7 +510,10 @@ def run_leader_election(args: argparse.Namespace) -> int:
         if not_needed:
             print(f"Valid replica already elected for partitions {', '.join(not_needed)}")
         if not elected and not not_needed and not failed:
-            print("No partitions to elect leaders for")
+            # Kafka leaves partitions that need no election out of an all-partitions answer.
+            print("Every partition already has a valid leader; no election needed"
+                  if election is ac.ElectionType.UNCLEAN else
+                  "Every partition is led by its preferred replica; no election needed")
     for line in failed:
         print(f"kraftlog: error: election failed for {line}", file=sys.stderr)
     return 1 if failed else 0
