@@ -1,0 +1,54 @@
+"""kraftlog's producer and consumer library, and the ``kraftlog produce`` / ``consume`` tools.
+
+The public face (import from here)::
+
+    from kraftlog import client
+
+    producer = client.Producer(client.ProducerConfig(
+        bootstrap_servers=("127.0.0.1:19101",), acks=client.Acks.ALL, linger_ms=5))
+    future = producer.send("events", b"value", key=b"k", headers=[("h", b"v")])
+    future.result(timeout=10)          # RecordMetadata(topic, partition, offset, timestamp_ms)
+    producer.close()
+
+    consumer = client.Consumer(client.ConsumerConfig(
+        bootstrap_servers=("127.0.0.1:19101",), auto_offset_reset=client.OffsetReset.EARLIEST))
+    consumer.assign_topic("events")    # or assign([TopicPartition(...), ...])
+    records = consumer.poll(max_records=500, timeout_ms=1000)   # list[ConsumerRecord]
+    consumer.close()
+
+Both are synchronous (a Spark task or a CLI has no event loop); the producer
+sends from one background thread, the consumer fetches inside ``poll``. Configs
+take Kafka's names through ``from_properties({"bootstrap.servers": ..., ...})``.
+Errors are :mod:`kraftlog.client.errors` (all ``KraftlogError``), named for
+Kafka's error codes.
+
+Rooms: :mod:`.config` (settings), :mod:`.partitioner` (murmur2, sticky),
+:mod:`.accumulator` (batches), :mod:`.metadata_client` (channels, metadata
+cache), :mod:`.producer`, :mod:`.consumer`, :mod:`.commands` (CLI).
+"""
+
+from __future__ import annotations
+
+from kraftlog.client.config import Acks, ConsumerConfig, OffsetReset, ProducerConfig
+from kraftlog.client.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
+from kraftlog.client.errors import (
+    BrokersUnavailableError,
+    ClientClosedError,
+    ClientError,
+    ClientTimeoutError,
+    KafkaApiError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+from kraftlog.client.metadata_client import PartitionInfo
+from kraftlog.client.producer import Producer, RecordFuture, RecordMetadata
+from kraftlog.storage.record_batch import Header, TimestampType
+from kraftlog.storage.topic_partition import TopicPartition
+
+__all__ = [
+    "Acks", "BrokersUnavailableError", "ClientClosedError", "ClientError", "ClientTimeoutError",
+    "Consumer", "ConsumerConfig", "ConsumerRecord", "Header", "KafkaApiError",
+    "OffsetAndTimestamp", "OffsetOutOfRangeError", "OffsetReset", "PartitionInfo", "Producer",
+    "ProducerConfig", "RecordFuture", "RecordMetadata", "TimestampType", "TopicPartition",
+    "UnknownTopicError",
+]

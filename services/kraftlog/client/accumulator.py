@@ -1,0 +1,184 @@
+"""The producer's per-partition batches: append, readiness (batch.size / linger.ms), drain, retry.
+
+Owns :class:`RecordAccumulator` (after Kafka's ``RecordAccumulator``): records
+are appended to the last open :class:`ProducerBatch` of their partition; a batch
+closes when it reaches ``batch.size`` bytes (a record bigger than that gets a
+batch of its own). A partition is *ready* when its first batch is closed, has
+waited ``linger.ms``, or a flush or close asks for everything; the sender drains
+ready partitions, at most ``max.request.size`` bytes each, and while a
+partition's batches are in flight it is *muted* (one in-flight request per
+partition keeps its order across retries: a failed batch goes back to the front
+of its queue).
+
+The handles are opaque to this module (the producer's futures). Pure: the
+caller passes ``now_ms`` (a monotonic clock), no locks here (the producer holds
+its own around every call).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from kraftlog.storage import record_batch as rb
+from kraftlog.storage.topic_partition import TopicPartition
+
+H = TypeVar("H")
+
+RECORD_OVERHEAD_BYTES = 21
+"""Upper bound of a v2 record's framing (length, attributes, deltas, lengths), in bytes."""
+
+
+def estimate_size(record: rb.RecordInput) -> int:
+    """Bytes ``record`` adds to an uncompressed batch, rounded up (used for batch.size)."""
+    size = RECORD_OVERHEAD_BYTES
+    if record.key is not None:
+        size += len(record.key)
+    if record.value is not None:
+        size += len(record.value)
+    for header in record.headers:
+        size += len(header.key) + 10 + (len(header.value) if header.value is not None else 0)
+    return size
+
+
+@dataclass(slots=True, kw_only=True)
+class ProducerBatch(Generic[H]):
+    """Records bound for one partition, sent (and retried) together as one RecordBatch."""
+
+    tp: TopicPartition
+    created_ms: int
+    records: list[rb.RecordInput] = field(default_factory=list)
+    handles: list[H] = field(default_factory=list)
+    size_bytes: int = rb.HEADER_SIZE
+    closed: bool = False
+    attempts: int = 0
+    retry_at_ms: int = 0
+    """Not to be sent again before this time (retry.backoff.ms after a failure)."""
+    encoded: bytes | None = None
+    """The RecordBatch bytes once built; reused by retries so timestamps stay put."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendResult:
+    """What an append did: whether it opened a new batch and whether one got full."""
+
+    new_batch: bool
+    batch_full: bool
+
+
+class RecordAccumulator(Generic[H]):
+    """Per-partition queues of batches. See the module docstring."""
+
+    def __init__(self, *, batch_size: int, linger_ms: int) -> None:
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self._queues: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
+        self.buffered_bytes = 0
+        """Bytes of records appended and not yet completed (buffer.memory accounting)."""
+        self.pending_records = 0
+
+    def append(self, tp: TopicPartition, record: rb.RecordInput, handle: H, *,
+               now_ms: int, size: int | None = None) -> AppendResult:
+        size = estimate_size(record) if size is None else size
+        queue = self._queues.setdefault(tp, deque())
+        last = queue[-1] if queue else None
+        new_batch = False
+        full_before = False
+        if last is None or last.closed or last.attempts > 0 or (
+                last.records and last.size_bytes + size > self.batch_size):
+            if last is not None and not last.closed:
+                last.closed = True
+                full_before = True
+            last = ProducerBatch(tp=tp, created_ms=now_ms)
+            queue.append(last)
+            new_batch = True
+        last.records.append(record)
+        last.handles.append(handle)
+        last.size_bytes += size
+        self.buffered_bytes += size
+        self.pending_records += 1
+        if last.size_bytes >= self.batch_size:
+            last.closed = True
+        return AppendResult(new_batch=new_batch, batch_full=full_before or last.closed)
+
+    def ready(self, now_ms: int, *, flushing: bool, muted: Iterable[TopicPartition] = ()
+              ) -> tuple[list[TopicPartition], int | None]:
+        """Partitions whose first batch may be sent now, and the next time one may become ready.
+
+        ``muted`` partitions (with a request in flight) are skipped.
+        """
+        skip = set(muted)
+        ready: list[TopicPartition] = []
+        next_ms: int | None = None
+        for tp, queue in self._queues.items():
+            if not queue or tp in skip:
+                continue
+            head = queue[0]
+            if head.retry_at_ms > now_ms:
+                due = head.retry_at_ms
+            elif head.closed or len(queue) > 1 or flushing or head.attempts > 0:
+                ready.append(tp)
+                continue
+            else:
+                due = head.created_ms + self.linger_ms
+                if due <= now_ms:
+                    ready.append(tp)
+                    continue
+            next_ms = due if next_ms is None else min(next_ms, due)
+        return ready, next_ms
+
+    def drain(self, tp: TopicPartition, max_bytes: int) -> list[ProducerBatch[H]]:
+        """Take the first batches of ``tp`` up to ``max_bytes`` (always at least one).
+
+        A batch being retried goes alone, so a retry never merges with newer data.
+        """
+        queue = self._queues.get(tp)
+        if not queue:
+            return []
+        taken = [queue.popleft()]
+        total = taken[0].size_bytes
+        if taken[0].attempts == 0:
+            while queue and queue[0].attempts == 0 and queue[0].retry_at_ms == 0 and (
+                    total + queue[0].size_bytes <= max_bytes):
+                batch = queue.popleft()
+                total += batch.size_bytes
+                taken.append(batch)
+        for batch in taken:
+            batch.closed = True
+        return taken
+
+    def reenqueue(self, batches: list[ProducerBatch[H]], *, retry_at_ms: int) -> None:
+        """Put in-flight batches back at the front of their queue, in order, for a retry."""
+        for batch in reversed(batches):
+            batch.retry_at_ms = retry_at_ms
+            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+
+    def backoff(self, tp: TopicPartition, until_ms: int) -> None:
+        """Hold ``tp``'s first batch until ``until_ms`` (its leader is not known yet)."""
+        queue = self._queues.get(tp)
+        if queue:
+            queue[0].retry_at_ms = max(queue[0].retry_at_ms, until_ms)
+
+    def complete(self, batch: ProducerBatch[H]) -> None:
+        """A drained batch is done (acknowledged or failed for good): release its bytes."""
+        self.buffered_bytes -= batch.size_bytes - rb.HEADER_SIZE
+        self.pending_records -= len(batch.records)
+
+    def expired(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch[H]]:
+        """Remove and return queued batches older than ``delivery_timeout_ms``."""
+        out: list[ProducerBatch[H]] = []
+        for queue in self._queues.values():
+            while queue and queue[0].created_ms + delivery_timeout_ms <= now_ms:
+                out.append(queue.popleft())
+        return out
+
+    def abort_all(self) -> list[ProducerBatch[H]]:
+        """Remove and return every queued batch (close without waiting)."""
+        out = [batch for queue in self._queues.values() for batch in queue]
+        self._queues.clear()
+        return out
+
+    def has_queued(self) -> bool:
+        return any(self._queues.values())

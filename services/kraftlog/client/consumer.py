@@ -1,0 +1,559 @@
+"""The consumer: read assigned partitions from their leaders, in order, from chosen offsets.
+
+Owns :class:`Consumer`, a synchronous API (no background thread, no event loop)
+for the CLI, a Spark task and benchmarks::
+
+    consumer = Consumer(ConsumerConfig(bootstrap_servers=("127.0.0.1:19101",),
+                                       auto_offset_reset=OffsetReset.EARLIEST))
+    consumer.assign([TopicPartition(topic="events", partition=0)])
+    consumer.seek_to_beginning()
+    for record in consumer.poll(max_records=500, timeout_ms=1000):
+        print(record.partition, record.offset, record.key, record.value)
+    consumer.close()
+
+Manual assignment only (no consumer groups yet). :meth:`Consumer.poll` keeps
+at most one Fetch in flight per leader broker, for all assigned partitions it
+leads (in parallel, as gRPC futures, long-polling up to ``fetch.max.wait.ms``),
+returns as soon as any answer brings records, and sends the next Fetch for the
+partitions it just served before returning (prefetch, as Kafka's consumer does).
+Fetch and ListOffsets carry the leader epoch from metadata (KIP-320). A broker
+serves consumers only up to the high watermark, so every record returned is
+committed. Batches are decoded by
+:func:`kraftlog.storage.record_batch.decode_batches` (CRC-checked) and kept per
+partition; records before the position (the start of a batch fetched from its
+middle) and control batches are skipped.
+
+Errors per partition: NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH /
+UNKNOWN_LEADER_EPOCH / LEADER_NOT_AVAILABLE / UNKNOWN_TOPIC_OR_PARTITION and
+connection failures mark the metadata stale (refreshed after
+``retry.backoff.ms``; a ``current_leader`` hint in the answer, KIP-951, is used at
+once) and the partition is fetched again from its new leader;
+OFFSET_OUT_OF_RANGE resets the position by ``auto.offset.reset`` (earliest,
+latest) or raises :class:`~kraftlog.client.errors.OffsetOutOfRangeError` (none).
+Positions are only resolved lazily (like Kafka's ``seekToBeginning``): a
+ListOffsets to the leader at the next poll or :meth:`Consumer.position`.
+
+Not thread-safe (like Kafka's consumer): use one per thread. Edge module: gRPC,
+the clock.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import NamedTuple
+
+import grpc
+
+from kraftlog.client import errors as client_errors
+from kraftlog.client import metadata_client as md
+from kraftlog.client.config import ConsumerConfig, OffsetReset
+from kraftlog.error_codes import ErrorCode
+from kraftlog.errors import CorruptRecordError
+from kraftlog.storage import record_batch as rb
+from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.v1 import broker_pb2
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+_RPC_GRACE_S = 5.0
+
+
+class ConsumerRecord(NamedTuple):
+    """One committed record, as Kafka's ``ConsumerRecord`` describes it.
+
+    A NamedTuple rather than a frozen dataclass because one is built per record
+    on the consumer's hot path: construction costs about a tenth as much. Build it
+    with keywords all the same.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    timestamp_type: rb.TimestampType
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[rb.Header, ...]
+    leader_epoch: int
+    """The partition leader epoch of the batch the record came in, -1 if unknown."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetAndTimestamp:
+    """An ``offsets_for_times`` answer: the first offset whose timestamp is at/after the one asked."""
+
+    offset: int
+    timestamp_ms: int
+
+
+class _Reset(enum.Enum):
+    EARLIEST = EARLIEST_TIMESTAMP
+    LATEST = LATEST_TIMESTAMP
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+class Consumer:
+    """A Kafka-style consumer with manual assignment. See the module docstring."""
+
+    def __init__(self, config: ConsumerConfig) -> None:
+        self.config = config
+        self._channels = md.BrokerChannels(retry_backoff_ms=config.retry_backoff_ms)
+        self.metadata = md.MetadataCache(config.bootstrap_servers, self._channels,
+                                         retry_backoff_ms=config.retry_backoff_ms,
+                                         metadata_max_age_ms=config.metadata_max_age_ms)
+        self._assigned: list[TopicPartition] = []
+        self._next_drain = 0
+        self._positions: dict[TopicPartition, int] = {}
+        """Per partition: the offset of the next record poll() returns."""
+        self._fetch_next: dict[TopicPartition, int] = {}
+        """Per partition: where the next Fetch starts (past everything buffered or skipped)."""
+        self._resets: dict[TopicPartition, _Reset] = {}
+        self._buffers: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._backoff_until: dict[TopicPartition, float] = {}
+        self._in_flight: dict[str, tuple[grpc.Future, dict[TopicPartition, int]]] = {}
+        self._wakeup = threading.Condition()
+        self._closed = False
+
+    # -- assignment and positions -------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (replacing any earlier assignment)."""
+        self._check_open()
+        wanted = list(dict.fromkeys(partitions))
+        for tp in wanted:
+            if not isinstance(tp, TopicPartition):
+                raise ValueError(f"assign() takes TopicPartition values, got {tp!r}")
+        keep = set(wanted)
+        for table in (self._positions, self._fetch_next, self._resets, self._buffers,
+                      self._high_watermarks, self._backoff_until):
+            for tp in [tp for tp in table if tp not in keep]:
+                del table[tp]
+        self._assigned = wanted
+        self._next_drain = 0
+        deadline = _now() + self.config.default_api_timeout_ms / 1000
+        for topic in dict.fromkeys(tp.topic for tp in wanted):
+            info = self.metadata.topic(topic, deadline=deadline)
+            for tp in wanted:
+                if tp.topic == topic and tp.partition >= info.partition_count:
+                    raise client_errors.UnknownTopicError(
+                        topic, f"partition {tp.partition} of topic {topic!r} does not exist "
+                        f"(it has {info.partition_count} partitions)")
+
+    def assign_topic(self, topic: str) -> list[TopicPartition]:
+        """Assign every partition of ``topic``; returns them."""
+        deadline = _now() + self.config.default_api_timeout_ms / 1000
+        info = self.metadata.topic(topic, deadline=deadline)
+        partitions = [TopicPartition(topic=topic, partition=p.partition) for p in info.partitions]
+        self.assign(partitions)
+        return partitions
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assigned)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Read ``tp`` from ``offset`` next (ValueError when negative)."""
+        self._check_assigned(tp)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"seek offset must be a non-negative int, got {offset!r}")
+        self._positions[tp] = offset
+        self._fetch_next[tp] = offset
+        self._resets.pop(tp, None)
+        self._buffers.pop(tp, None)
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Read from the log start offset (resolved at the next poll/position)."""
+        self._seek_reset(partitions, _Reset.EARLIEST)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Read only what arrives after the current high watermark (resolved lazily)."""
+        self._seek_reset(partitions, _Reset.LATEST)
+
+    def position(self, tp: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record poll() will return for ``tp``."""
+        self._check_assigned(tp)
+        if tp not in self._positions:
+            self._resolve_resets([tp], self._deadline(timeout_ms))
+        return self._positions[tp]
+
+    def high_watermark(self, tp: TopicPartition) -> int | None:
+        """The high watermark of ``tp`` from the last fetch answer, None before one."""
+        return self._high_watermarks.get(tp)
+
+    # -- offsets lookups ----------------------------------------------------------------------
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition],
+                          timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Each partition's log start offset."""
+        found = self._list_offsets({tp: EARLIEST_TIMESTAMP for tp in partitions},
+                                   self._deadline(timeout_ms))
+        return {tp: offset for tp, (offset, _ts) in found.items()}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition],
+                    timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Each partition's high watermark (the offset the next committed record will get)."""
+        found = self._list_offsets({tp: LATEST_TIMESTAMP for tp in partitions},
+                                   self._deadline(timeout_ms))
+        return {tp: offset for tp, (offset, _ts) in found.items()}
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int],
+                          timeout_ms: int | None = None,
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """The first offset whose timestamp is at or after each time (ms); None when none is."""
+        for tp, ts in timestamps.items():
+            if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise ValueError(f"timestamp for {tp} must be a non-negative int (ms), got {ts!r}")
+        found = self._list_offsets(dict(timestamps), self._deadline(timeout_ms))
+        return {tp: None if offset < 0 else OffsetAndTimestamp(offset=offset, timestamp_ms=ts)
+                for tp, (offset, ts) in found.items()}
+
+    # -- polling ------------------------------------------------------------------------------
+
+    def poll(self, max_records: int | None = None, timeout_ms: int = 1000
+             ) -> list[ConsumerRecord]:
+        """Up to ``max_records`` records (default ``max.poll.records``), waiting up to ``timeout_ms``.
+
+        Returns [] when nothing arrives in time. Records of one partition come in
+        offset order; partitions are served round-robin from what is buffered.
+        """
+        self._check_open()
+        limit = self.config.max_poll_records if max_records is None else max_records
+        if limit <= 0:
+            raise ValueError(f"max_records must be positive, got {max_records}")
+        if timeout_ms < 0:
+            raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
+        deadline = _now() + timeout_ms / 1000
+        while True:
+            self._handle_completed()
+            records = self._drain_buffers(limit)
+            # Fetch ahead of the application (Kafka's consumer does too): partitions
+            # with a short buffer get their next Fetch now, answered while the
+            # caller works on these records.
+            self._send_fetches(deadline)
+            if records:
+                return records
+            if self._in_flight:
+                self._wait_for_any(deadline)
+            else:
+                pause = min(max(0.0, deadline - _now()), self.config.retry_backoff_ms / 1000)
+                if pause > 0:
+                    time.sleep(pause)
+            if _now() >= deadline and not any(self._buffers.values()):
+                self._handle_completed()
+                if not any(self._buffers.values()):
+                    return []
+
+    def close(self) -> None:
+        """Release channels; pending fetches are cancelled."""
+        if self._closed:
+            return
+        self._closed = True
+        for future, _parts in self._in_flight.values():
+            future.cancel()
+        self._in_flight.clear()
+        self._channels.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise client_errors.ClientClosedError("the consumer is closed")
+
+    def _check_assigned(self, tp: TopicPartition) -> None:
+        self._check_open()
+        if tp not in self._assigned:
+            raise ValueError(f"{tp} is not assigned to this consumer")
+
+    def _deadline(self, timeout_ms: int | None) -> float:
+        wait = self.config.default_api_timeout_ms if timeout_ms is None else timeout_ms
+        return _now() + wait / 1000
+
+    def _seek_reset(self, partitions: Iterable[TopicPartition] | None, reset: _Reset) -> None:
+        targets = self._assigned if partitions is None else list(partitions)
+        for tp in targets:
+            self._check_assigned(tp)
+        for tp in targets:
+            self._positions.pop(tp, None)
+            self._fetch_next.pop(tp, None)
+            self._buffers.pop(tp, None)
+            self._resets[tp] = reset
+
+    def _default_reset(self, tp: TopicPartition) -> _Reset:
+        policy = self.config.auto_offset_reset
+        if policy is OffsetReset.EARLIEST:
+            return _Reset.EARLIEST
+        if policy is OffsetReset.LATEST:
+            return _Reset.LATEST
+        raise client_errors.OffsetOutOfRangeError(
+            f"no position for {tp} and auto.offset.reset=none", offsets={tp: -1})
+
+    def _resolve_resets(self, tps: Sequence[TopicPartition], deadline: float) -> None:
+        wanted: dict[TopicPartition, int] = {}
+        for tp in tps:
+            if tp in self._positions:
+                continue
+            reset = self._resets.get(tp) or self._default_reset(tp)
+            wanted[tp] = reset.value
+        if not wanted:
+            return
+        found = self._list_offsets(wanted, deadline)
+        for tp, (offset, _ts) in found.items():
+            self._positions[tp] = offset
+            self._fetch_next[tp] = offset
+            self._resets.pop(tp, None)
+
+    def _list_offsets(self, timestamps: Mapping[TopicPartition, int], deadline: float
+                      ) -> dict[TopicPartition, tuple[int, int]]:
+        """ListOffsets to each partition's leader, retrying leader moves until ``deadline``."""
+        self._check_open()
+        pending = dict(timestamps)
+        result: dict[TopicPartition, tuple[int, int]] = {}
+        last_error: dict[TopicPartition, Exception] = {}
+        for topic in dict.fromkeys(tp.topic for tp in pending):
+            self.metadata.topic(topic, deadline=deadline)
+        while pending:
+            by_leader: dict[str, list[TopicPartition]] = {}
+            epochs: dict[TopicPartition, int] = {}
+            for tp in pending:
+                leader = self.metadata.leader(tp)
+                if leader is None:
+                    last_error[tp] = client_errors.KafkaApiError(
+                        ErrorCode.LEADER_NOT_AVAILABLE, f"no leader known for {tp}")
+                    continue
+                epochs[tp] = leader.leader_epoch
+                by_leader.setdefault(leader.address, []).append(tp)
+            for address, tps in by_leader.items():
+                request = broker_pb2.ListOffsetsRequest(replica_id=-1, topics=[
+                    broker_pb2.ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+                        broker_pb2.ListOffsetsRequest.ListOffsetsPartition(
+                            partition_index=tp.partition, current_leader_epoch=epochs[tp],
+                            timestamp=pending[tp]) for tp in tps if tp.topic == topic])
+                    for topic in dict.fromkeys(tp.topic for tp in tps)])
+                remaining = max(0.05, deadline - _now())
+                try:
+                    answer = self._channels.stub(address).ListOffsets(
+                        request, timeout=min(remaining, self.config.request_timeout_ms / 1000))
+                except grpc.RpcError as exc:
+                    self.metadata.report_unreachable(address)
+                    for tp in tps:
+                        last_error[tp] = client_errors.BrokersUnavailableError(
+                            {address: md.rpc_error_text(exc)}, f"ListOffsets for {tp}")
+                    continue
+                for topic in answer.topics:
+                    for part in topic.partitions:
+                        tp = TopicPartition(topic=topic.name, partition=part.partition_index)
+                        if tp not in pending:
+                            continue
+                        code = client_errors.code_of(part.error.code)
+                        if code is ErrorCode.NONE:
+                            result[tp] = (part.offset, part.timestamp)
+                            del pending[tp]
+                            continue
+                        error = client_errors.error_for(code, part.error.message, topic=tp.topic,
+                                                        context=f"ListOffsets {tp}")
+                        if not error.retriable:
+                            raise error
+                        last_error[tp] = error
+                        self.metadata.request_update()
+            if not pending:
+                break
+            if _now() + self.config.retry_backoff_ms / 1000 >= deadline:
+                first = next(iter(pending))
+                cause = last_error.get(first)
+                raise client_errors.ClientTimeoutError(
+                    f"offsets of {', '.join(str(tp) for tp in pending)} not found before the "
+                    f"deadline" + (f"; last error: {cause}" if cause else ""))
+            time.sleep(self.config.retry_backoff_ms / 1000)
+            self.metadata.maybe_refresh(deadline=deadline)
+        return result
+
+    def _drain_buffers(self, limit: int) -> list[ConsumerRecord]:
+        """Buffered records, up to ``limit``, starting after the partition served last
+        (round-robin, so a partition with a deep buffer cannot starve the others)."""
+        out: list[ConsumerRecord] = []
+        count = len(self._assigned)
+        for step in range(count):
+            index = (self._next_drain + step) % count
+            tp = self._assigned[index]
+            buffer = self._buffers.get(tp)
+            if not buffer:
+                continue
+            take = min(limit - len(out), len(buffer))
+            if take == len(buffer):
+                out.extend(buffer)
+                buffer.clear()
+            else:
+                out.extend(buffer.popleft() for _ in range(take))
+            # An emptied buffer means everything before the fetch position was returned
+            # or skipped (control batches), so the position moves there.
+            self._positions[tp] = (self._fetch_next.get(tp, out[-1].offset + 1) if not buffer
+                                   else out[-1].offset + 1)
+            self._next_drain = (index + 1) % count
+            if len(out) >= limit:
+                break
+        return out
+
+    def _send_fetches(self, deadline: float) -> None:
+        """Send a Fetch to each leader for its partitions that have no Fetch in flight and
+        fewer than ``max.poll.records`` records buffered (never blocks on the answers)."""
+        now = _now()
+        self.metadata.maybe_refresh(deadline=max(deadline, now + 1.0))
+        busy = {tp for _future, parts in self._in_flight.values() for tp in parts}
+        fetchable = [tp for tp in self._assigned
+                     if tp not in busy and self._backoff_until.get(tp, 0) <= now
+                     and len(self._buffers.get(tp) or ()) < self.config.max_poll_records]
+        unresolved = [tp for tp in fetchable if tp not in self._positions]
+        if unresolved:
+            try:
+                self._resolve_resets(unresolved, max(deadline, now + 1.0))
+            except client_errors.ClientTimeoutError:
+                for tp in unresolved:
+                    self._backoff_until[tp] = _now() + self.config.retry_backoff_ms / 1000
+        by_leader: dict[str, list[tuple[TopicPartition, int]]] = {}
+        for tp in fetchable:
+            if tp not in self._fetch_next:
+                continue
+            leader = self.metadata.leader(tp)
+            if leader is None:
+                self.metadata.request_update()
+                self._backoff_until[tp] = _now() + self.config.retry_backoff_ms / 1000
+                continue
+            if leader.address not in self._in_flight:
+                by_leader.setdefault(leader.address, []).append((tp, leader.leader_epoch))
+        for address, tps in by_leader.items():
+            self._send_fetch(address, tps, self.config.fetch_max_wait_ms)
+
+    def _send_fetch(self, address: str, tps: Sequence[tuple[TopicPartition, int]],
+                    max_wait_ms: int) -> None:
+        """One Fetch to ``address`` for ``tps`` (partition, leader epoch from metadata).
+
+        The epoch lets the broker fence a client with stale metadata
+        (FENCED_LEADER_EPOCH) or one ahead of it (UNKNOWN_LEADER_EPOCH), KIP-320.
+        """
+        offsets = {tp: self._fetch_next[tp] for tp, _epoch in tps}
+        topics: dict[str, list[broker_pb2.FetchRequest.FetchPartition]] = {}
+        for tp, epoch in tps:
+            topics.setdefault(tp.topic, []).append(broker_pb2.FetchRequest.FetchPartition(
+                partition=tp.partition, current_leader_epoch=epoch, fetch_offset=offsets[tp],
+                last_fetched_epoch=-1, log_start_offset=-1,
+                partition_max_bytes=self.config.max_partition_fetch_bytes))
+        request = broker_pb2.FetchRequest(
+            replica_id=-1, replica_epoch=-1, max_wait_ms=max_wait_ms,
+            min_bytes=self.config.fetch_min_bytes, max_bytes=self.config.fetch_max_bytes,
+            topics=[broker_pb2.FetchRequest.FetchTopic(topic=name, partitions=parts)
+                    for name, parts in topics.items()])
+        future = self._channels.stub(address).Fetch.future(
+            request, timeout=max_wait_ms / 1000 + self.config.request_timeout_ms / 1000)
+        self._in_flight[address] = (future, offsets)
+
+        def wake(_done: grpc.Future) -> None:
+            with self._wakeup:
+                self._wakeup.notify_all()
+
+        future.add_done_callback(wake)
+
+    def _wait_for_any(self, deadline: float) -> None:
+        """Wait until a Fetch in flight is answered (or ``deadline``), then take the answers."""
+        with self._wakeup:
+            while not any(f.done() for f, _p in self._in_flight.values()):
+                remaining = deadline - _now()
+                if remaining <= 0:
+                    return
+                self._wakeup.wait(remaining)
+        self._handle_completed()
+
+    def _handle_completed(self) -> None:
+        for address in [a for a, (f, _p) in self._in_flight.items() if f.done()]:
+            future, offsets = self._in_flight.pop(address)
+            self._handle_fetch(address, future, offsets)
+
+    def _handle_fetch(self, address: str, future: grpc.Future,
+                      offsets: Mapping[TopicPartition, int]) -> None:
+        backoff = _now() + self.config.retry_backoff_ms / 1000
+        try:
+            answer: broker_pb2.FetchResponse = future.result()
+        except grpc.RpcError as exc:
+            del exc
+            self.metadata.report_unreachable(address)
+            for tp in offsets:
+                self._backoff_until[tp] = backoff
+            return
+        except grpc.FutureCancelledError:
+            return
+        if client_errors.code_of(answer.error.code) is not ErrorCode.NONE:
+            self.metadata.request_update()
+            for tp in offsets:
+                self._backoff_until[tp] = backoff
+            return
+        for topic in answer.responses:
+            for part in topic.partitions:
+                tp = TopicPartition(topic=topic.topic, partition=part.partition_index)
+                fetched_at = offsets.get(tp)
+                if fetched_at is None or self._fetch_next.get(tp) != fetched_at:
+                    continue  # not asked, or seeked away while the fetch was in flight
+                code = client_errors.code_of(part.error.code)
+                if code is ErrorCode.NONE:
+                    self._high_watermarks[tp] = part.high_watermark
+                    if part.records:
+                        self._buffer(tp, fetched_at, part.records)
+                elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    self._on_out_of_range(tp, fetched_at)
+                elif client_errors.is_retriable(code) or client_errors.needs_metadata_refresh(code):
+                    self.metadata.request_update()
+                    if part.HasField("current_leader") and self.metadata.apply_leader_hint(
+                            tp, part.current_leader):
+                        continue  # the new leader is known: fetch from it at once
+                    self._backoff_until[tp] = backoff
+                else:
+                    raise client_errors.error_for(code, part.error.message, topic=tp.topic,
+                                                  context=f"Fetch {tp} from {address}")
+
+    def _on_out_of_range(self, tp: TopicPartition, offset: int) -> None:
+        policy = self.config.auto_offset_reset
+        if policy is OffsetReset.NONE:
+            raise client_errors.OffsetOutOfRangeError(
+                f"fetch offset {offset} of {tp} is out of range and auto.offset.reset=none",
+                offsets={tp: offset})
+        del self._positions[tp]
+        del self._fetch_next[tp]
+        self._buffers.pop(tp, None)
+        self._resets[tp] = _Reset.EARLIEST if policy is OffsetReset.EARLIEST else _Reset.LATEST
+
+    def _buffer(self, tp: TopicPartition, position: int, data: bytes) -> None:
+        try:
+            batches = rb.decode_batches(data, allow_truncated_tail=True)
+        except CorruptRecordError as exc:
+            raise client_errors.KafkaApiError(
+                ErrorCode.CORRUPT_MESSAGE, f"{tp} at offset {position}: {exc}") from None
+        buffer = self._buffers.setdefault(tp, deque())
+        topic, partition = tp.topic, tp.partition
+        for batch in batches:
+            if batch.is_control or batch.last_offset < position:
+                continue
+            ts_type = batch.timestamp_type
+            epoch = batch.partition_leader_epoch
+            buffer.extend(
+                ConsumerRecord(topic, partition, r.offset, r.timestamp_ms, ts_type, r.key,
+                               r.value, r.headers, epoch)
+                for r in batch.records if r.offset >= position)
+        if batches:
+            self._fetch_next[tp] = max(position, batches[-1].next_offset)
+        if not buffer:
+            # Only control batches or records before the position: move past them.
+            self._positions[tp] = self._fetch_next[tp]

@@ -1,0 +1,162 @@
+"""An in-process fake BrokerService for the client's unit tests.
+
+One broker (node 1) leading every partition of its topics, on a real gRPC
+server in this process: Metadata, Produce (offsets assigned by patching each
+batch's baseOffset, errors scripted per partition), Fetch (from the stored
+batches, OFFSET_OUT_OF_RANGE outside [log start, end]), ListOffsets. Requests are
+recorded so tests can check batching and retries.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from kraftlog.error_codes import ErrorCode
+from kraftlog.storage import record_batch as rb
+from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+
+
+def _error(code: ErrorCode, message: str = "") -> common_pb2.Error:
+    return common_pb2.Error(code=int(code), message=message)  # type: ignore[arg-type]
+
+
+class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.topics: dict[str, int] = {"t": 2}
+        self.logs: dict[tuple[str, int], list[bytes]] = {}
+        self.log_start: dict[tuple[str, int], int] = {}
+        self.produce_errors: dict[tuple[str, int], list[ErrorCode]] = {}
+        self.produce_requests: list[broker_pb2.ProduceRequest] = []
+        self.metadata_requests = 0
+        self.port = 0
+
+    def end(self, key: tuple[str, int]) -> int:
+        batches = self.logs.get(key, [])
+        return rb.BatchHeader(batches[-1]).base_offset + rb.BatchHeader(
+            batches[-1]).last_offset_delta + 1 if batches else 0
+
+    def Metadata(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            self.metadata_requests += 1
+        answer = broker_pb2.MetadataResponse(cluster_id="fake", controller_id=1, brokers=[
+            broker_pb2.MetadataResponse.MetadataResponseBroker(
+                node_id=1, endpoint=common_pb2.Endpoint(host="127.0.0.1", port=self.port))])
+        for name in request.topics or sorted(self.topics):
+            count = self.topics.get(name)
+            if count is None:
+                answer.topics.append(broker_pb2.MetadataResponse.MetadataResponseTopic(
+                    name=name, error=_error(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")))
+                continue
+            answer.topics.append(broker_pb2.MetadataResponse.MetadataResponseTopic(
+                name=name, partitions=[broker_pb2.MetadataResponse.MetadataResponsePartition(
+                    partition_index=p, leader_id=1, leader_epoch=0, replica_nodes=[1],
+                    isr_nodes=[1]) for p in range(count)]))
+        return answer
+
+    def Produce(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            self.produce_requests.append(request)
+            answer = broker_pb2.ProduceResponse()
+            for topic in request.topic_data:
+                parts = []
+                for data in topic.partition_data:
+                    key = (topic.name, data.index)
+                    script = self.produce_errors.get(key)
+                    code = script.pop(0) if script else ErrorCode.NONE
+                    if code is not ErrorCode.NONE:
+                        parts.append(broker_pb2.ProduceResponse.PartitionProduceResponse(
+                            index=data.index, error=_error(code, f"scripted {code.name}"),
+                            base_offset=-1, log_append_time_ms=-1, log_start_offset=-1))
+                        continue
+                    base = self.end(key)
+                    next_offset = base
+                    raw = bytearray(data.records)
+                    for header in list(rb.iter_batches(raw)):
+                        struct.pack_into(">q", raw, header.position, next_offset)
+                        next_offset += header.last_offset_delta + 1
+                    for header in rb.iter_batches(bytes(raw)):
+                        self.logs.setdefault(key, []).append(
+                            bytes(raw[header.position:header.position + header.size_in_bytes]))
+                    parts.append(broker_pb2.ProduceResponse.PartitionProduceResponse(
+                        index=data.index, error=_error(ErrorCode.NONE),
+                        base_offset=base if request.acks != 0 else -1,
+                        log_append_time_ms=-1, log_start_offset=0))
+                answer.responses.append(broker_pb2.ProduceResponse.TopicProduceResponse(
+                    name=topic.name, partition_responses=parts))
+            return answer
+
+    def Fetch(self, request: Any, context: Any) -> Any:
+        answer = broker_pb2.FetchResponse()
+        empty = True
+        with self.lock:
+            for topic in request.topics:
+                parts = []
+                for part in topic.partitions:
+                    key = (topic.topic, part.partition)
+                    end = self.end(key)
+                    start = self.log_start.get(key, 0)
+                    if not start <= part.fetch_offset <= end:
+                        parts.append(broker_pb2.FetchResponse.PartitionData(
+                            partition_index=part.partition,
+                            error=_error(ErrorCode.OFFSET_OUT_OF_RANGE), high_watermark=end))
+                        continue
+                    data = b"".join(b for b in self.logs.get(key, []) if (
+                        rb.BatchHeader(b).base_offset + rb.BatchHeader(b).last_offset_delta
+                        >= part.fetch_offset and rb.BatchHeader(b).base_offset >= start))
+                    empty = empty and not data
+                    parts.append(broker_pb2.FetchResponse.PartitionData(
+                        partition_index=part.partition, error=_error(ErrorCode.NONE),
+                        high_watermark=end, last_stable_offset=end, log_start_offset=start,
+                        records=data))
+                answer.responses.append(broker_pb2.FetchResponse.FetchableTopicResponse(
+                    topic=topic.topic, partitions=parts))
+        if empty:
+            time.sleep(min(request.max_wait_ms, 50) / 1000)
+        return answer
+
+    def ListOffsets(self, request: Any, context: Any) -> Any:
+        answer = broker_pb2.ListOffsetsResponse()
+        with self.lock:
+            for topic in request.topics:
+                parts = []
+                for part in topic.partitions:
+                    key = (topic.name, part.partition_index)
+                    offset, timestamp = -1, -1
+                    if part.timestamp == -1:
+                        offset = self.end(key)
+                    elif part.timestamp == -2:
+                        offset = self.log_start.get(key, 0)
+                    else:
+                        for batch in rb.decode_batches(b"".join(self.logs.get(key, []))):
+                            hit = [r for r in batch.records if r.timestamp_ms >= part.timestamp]
+                            if hit:
+                                offset, timestamp = hit[0].offset, hit[0].timestamp_ms
+                                break
+                    parts.append(broker_pb2.ListOffsetsResponse.ListOffsetsPartitionResponse(
+                        partition_index=part.partition_index, error=_error(ErrorCode.NONE),
+                        offset=offset, timestamp=timestamp, leader_epoch=0))
+                answer.topics.append(broker_pb2.ListOffsetsResponse.ListOffsetsTopicResponse(
+                    name=topic.name, partitions=parts))
+        return answer
+
+
+@pytest.fixture
+def fake_broker() -> Iterator[FakeBroker]:
+    broker = FakeBroker()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(broker, server)
+    broker.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield broker
+    finally:
+        server.stop(grace=None)
