@@ -27,7 +27,7 @@ from kraftlog.storage.topic_partition import TopicPartition
 TOPIC = "e2e"
 PARTITIONS = 6
 MOVING = (0, 1, 2)
-PRELOAD_RECORDS = 3000
+PRELOAD_RECORDS = 2500  # per moving partition: ~2.5 MB
 VALUE_BYTES = 1000
 PRODUCE_SECONDS_MAX = 240
 
@@ -120,11 +120,15 @@ def test_reassign_with_throttle_while_controller_and_leader_die(
                           str(PARTITIONS), "--replication-factor", "3", "--config",
                           "min.insync.replicas=2")
     assert created.returncode == 0, created.stderr
-    # Data to copy, so the moves take a while under the throttle.
-    preload = "\n".join(f"pre-{i:06d}-{'x' * VALUE_BYTES}" for i in range(PRELOAD_RECORDS))
-    done = cluster.cli("produce", "--bootstrap-server", bootstrap, "--topic", TOPIC,
-                       "--acks", "all", stdin=preload + "\n")
-    assert done.returncode == 0, done.stderr
+    # Data to copy, so the moves take a while under the throttle: more than one replica
+    # fetch (replica.fetch.max.bytes, 1 MiB) per moving partition, since a quota only
+    # holds back the fetches after the one that exceeded it (KIP-73).
+    with client.Producer(client.ProducerConfig(bootstrap_servers=tuple(bootstrap.split(",")),
+                                               acks=client.Acks.ALL)) as preload:
+        for partition in MOVING:
+            for i in range(PRELOAD_RECORDS):
+                preload.send(TOPIC, b"pre-%06d-" % i + b"x" * VALUE_BYTES, partition=partition)
+        preload.flush(120_000)
 
     producer = ContinuousProducer(bootstrap)
     producer.start()
@@ -141,9 +145,9 @@ def test_reassign_with_throttle_while_controller_and_leader_die(
         plan_file = tmp_path / "plan.json"
         plan_file.write_text(json.dumps(plan))
         execute = cluster.cli("reassign", "execute", "--reassignment-json-file", str(plan_file),
-                              "--throttle", "60000")
+                              "--throttle", "100000")
         assert execute.returncode == 0, execute.stdout + execute.stderr
-        assert "Throttle set to 60000 B/s" in execute.stdout
+        assert "Throttle set to 100000 B/s" in execute.stdout
         listed = cluster.cli_json("reassign", "list")
         assert listed["reassignments"], "the moves finished before the faults; nothing to test"
 

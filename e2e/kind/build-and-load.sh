@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the kraftlog image from docker/Dockerfile and load it into the kind nodes.
+# Build the kraftlog image and the e2e driver's image (docker/Dockerfile, target e2e)
+# and load both into the kind nodes.
 set -euo pipefail
 # shellcheck source=e2e/kind/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -12,5 +13,12 @@ docker build -f "${REPO_ROOT}/docker/Dockerfile" -t "${IMAGE}" \
   --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
   "${REPO_ROOT}"
 docker run --rm "${IMAGE}" --version
-log "loading ${IMAGE} into kind cluster ${KIND_CLUSTER}"
-kind load docker-image "${IMAGE}" --name "${KIND_CLUSTER}"
+# The e2e driver's image: same base, plus the kubernetes client and e2e/kind/driver.py.
+log "building ${DRIVER_IMAGE} (target e2e)"
+docker build -f "${REPO_ROOT}/docker/Dockerfile" --target e2e -t "${DRIVER_IMAGE}" \
+  --build-arg "REVISION=${revision}" \
+  --build-arg "CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+  "${REPO_ROOT}"
+docker run --rm "${DRIVER_IMAGE}" --help >/dev/null
+log "loading ${IMAGE} and ${DRIVER_IMAGE} into kind cluster ${KIND_CLUSTER}"
+kind load docker-image "${IMAGE}" "${DRIVER_IMAGE}" --name "${KIND_CLUSTER}"

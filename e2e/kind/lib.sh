@@ -7,6 +7,8 @@ KUBE_CONTEXT="kind-${KIND_CLUSTER}"
 NAMESPACE="${NAMESPACE:-kraftlog}"
 RELEASE="${RELEASE:-kraftlog}"
 IMAGE="${IMAGE:-kraftlog:e2e}"
+DRIVER_IMAGE="${DRIVER_IMAGE:-kraftlog-e2e:e2e}"
+DRIVER_TIMEOUT_S="${DRIVER_TIMEOUT_S:-1200}"
 ROLLOUT_TIMEOUT="${ROLLOUT_TIMEOUT:-300s}"
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Full kind e2e: create cluster, build + load image, helm install, wait, helm test.
+# Full kind e2e: create cluster, build + load images, helm install (with
+# e2e/kind/values-e2e.yaml), wait, helm test, then the fault drill (driver.py as a Job).
 # Needs docker, kind and kubectl; helm comes from PATH or scripts/install-helm.sh.
 #
-#   e2e/kind/run.sh                          default values
-#   e2e/kind/run.sh -f charts/kraftlog/ci/values-5-controllers.yaml
+#   e2e/kind/run.sh                          default values + values-e2e.yaml
+#   e2e/kind/run.sh -f charts/kraftlog/ci/values-5-controllers.yaml   (extra helm args)
+#   DRIVER_ARGS="--partitions 12" e2e/kind/run.sh                     (extra driver args)
 #   KEEP_CLUSTER=0 e2e/kind/run.sh           delete the cluster afterwards
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,6 +28,8 @@ trap cleanup EXIT
 
 "${here}/create-cluster.sh"
 "${here}/build-and-load.sh"
-"${here}/install.sh" "$@"
+"${here}/install.sh" -f "${here}/values-e2e.yaml" "$@"
 "${here}/helm-test.sh"
+# shellcheck disable=SC2086  # DRIVER_ARGS is a list of words
+"${here}/run-driver.sh" ${DRIVER_ARGS:-}
 log "kind e2e passed"

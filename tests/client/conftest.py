@@ -38,6 +38,19 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.produce_requests: list[broker_pb2.ProduceRequest] = []
         self.metadata_requests = 0
         self.port = 0
+        self.next_producer_id = 4000
+        self.init_producer_id_errors: list[ErrorCode] = []
+
+    def InitProducerId(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            if self.init_producer_id_errors:
+                code = self.init_producer_id_errors.pop(0)
+                return broker_pb2.InitProducerIdResponse(error=_error(code, "scripted"),
+                                                         producer_id=-1, producer_epoch=-1)
+            self.next_producer_id += 1
+            return broker_pb2.InitProducerIdResponse(error=_error(ErrorCode.NONE),
+                                                     producer_id=self.next_producer_id,
+                                                     producer_epoch=0)
 
     def end(self, key: tuple[str, int]) -> int:
         batches = self.logs.get(key, [])

@@ -15,6 +15,7 @@ from kraftlog import client
 from kraftlog.client import partitioner
 from kraftlog.client import producer as producer_mod
 from kraftlog.error_codes import ErrorCode
+from kraftlog.storage import record_batch as rb
 
 T0 = client.TopicPartition(topic="t", partition=0)
 T1 = client.TopicPartition(topic="t", partition=1)
@@ -250,3 +251,51 @@ def test_record_future_waits_resolves_and_runs_callbacks() -> None:
     assert calls == ["before", "after"]
     producer_mod._resolve(cond, [(ok, None, error)])  # a done future stays as it was
     assert ok.result() == meta
+
+
+def _headers_of(broker: Any, key: tuple[str, int]) -> list[tuple[int, int, int, int]]:
+    """(producer id, epoch, base sequence, record count) of each batch in the fake's log."""
+    out = []
+    for raw in broker.logs.get(key, []):
+        h = rb.BatchHeader(raw)
+        out.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta + 1))
+    return out
+
+
+def test_idempotent_batches_carry_a_producer_id_and_sequences_per_partition(
+        fake_broker: Any) -> None:
+    fake_broker.init_producer_id_errors = [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
+    fake_broker.produce_errors[("t", 0)] = [ErrorCode.NOT_ENOUGH_REPLICAS]
+    with producer_for(fake_broker, batch_size=100) as producer:
+        futures = [producer.send("t", f"v{i}".encode(), partition=i % 2) for i in range(12)]
+        producer.flush(5000)
+        assert all(f.exception() is None for f in futures)
+    for key in (("t", 0), ("t", 1)):
+        batches = _headers_of(fake_broker, key)
+        assert {(pid, epoch) for pid, epoch, _, _ in batches} == {(4001, 0)}
+        sequences = [seq for _, _, seq, _ in batches]
+        counts = [n for _, _, _, n in batches]
+        assert sequences == [sum(counts[:i]) for i in range(len(counts))], batches
+    # One batch per partition in every request, retries included.
+    for request in fake_broker.produce_requests:
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                assert len(list(rb.iter_batches(data.records))) == 1
+
+
+def test_a_lost_producer_state_renumbers_under_a_new_id(fake_broker: Any) -> None:
+    fake_broker.produce_errors[("t", 0)] = [ErrorCode.NONE, ErrorCode.UNKNOWN_PRODUCER_ID]
+    with producer_for(fake_broker, batch_size=10_000) as producer:
+        first = producer.send("t", b"a", partition=0)
+        producer.flush(5000)
+        second = producer.send("t", b"b", partition=0)
+        producer.flush(5000)
+        assert first.result().offset == 0 and second.result().offset == 1
+    assert _headers_of(fake_broker, ("t", 0)) == [(4001, 0, 0, 1), (4002, 0, 0, 1)]
+
+
+def test_idempotence_is_off_without_acks_all(fake_broker: Any) -> None:
+    with producer_for(fake_broker, acks=client.Acks.LEADER) as producer:
+        producer.send("t", b"x", partition=0).result(timeout=5)
+    assert _headers_of(fake_broker, ("t", 0)) == [(-1, -1, -1, 1)]
+    assert fake_broker.next_producer_id == 4000  # never asked

@@ -27,6 +27,9 @@ def register(subparsers: Any) -> None:
                         help="stderr log level (default: kraftlog.log.level, INFO)")
     broker.add_argument("--log-format", default=None, choices=log_setup.FORMATS,
                         help="text, or json (default: kraftlog.log.format, text)")
+    broker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics on this port (default: "
+                             "kraftlog.metrics.port; 0 = off)")
     broker.set_defaults(func=process.run_broker)
     register_server(subparsers)
 

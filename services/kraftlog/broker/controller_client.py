@@ -9,7 +9,9 @@ hints (``active_controller``), else by trying the voters of
 ``metadata.version`` 1..1), a BrokerHeartbeat every ``broker.heartbeat.interval.ms``
 carrying the metadata offset this broker has replayed, re-registration after
 STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED, and controlled shutdown
-(``want_shut_down`` until the controller answers ``should_shut_down``).
+(``want_shut_down`` until the controller answers ``should_shut_down``) — and
+:class:`ProducerIdAllocator`: producer ids for InitProducerId from blocks got with
+AllocateProducerIds (KIP-730).
 
 Callers: :mod:`kraftlog.broker.process`. Edge module: asyncio, grpc and protobuf.
 """
@@ -24,7 +26,8 @@ from typing import Any
 
 import grpc
 
-from kraftlog.broker import server
+from kraftlog import errors
+from kraftlog.broker import producer_ids, server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.raft import transport
 from kraftlog.storage.uuid import Uuid
@@ -237,3 +240,95 @@ class BrokerLifecycle:
                     await self._wakeup.wait()
             except TimeoutError:
                 pass
+
+
+class ProducerIdAllocator:
+    """Producer ids for InitProducerId, from blocks the active controller hands this broker.
+
+    One AllocateProducerIds call at a time; it starts when the blocks run
+    low (:meth:`ProducerIdBlocks.wants_block`) and :meth:`allocate` waits for
+    it at most until its deadline.
+    """
+
+    def __init__(self, client: ControllerClient, lifecycle: BrokerLifecycle) -> None:
+        self.client = client
+        self.lifecycle = lifecycle
+        self._blocks = producer_ids.ProducerIdBlocks()
+        self._fetch: asyncio.Task[None] | None = None
+        self._last_error = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "no producer id block yet")
+
+    async def allocate(self, *, deadline_s: float) -> tuple[ErrorCode, int, str]:
+        """``(NONE, producer id, "")``, or an error code and message by ``deadline_s`` (monotonic).
+
+        COORDINATOR_LOAD_IN_PROGRESS (retriable) when no block arrived in time.
+        """
+        while True:
+            producer_id = self._blocks.next_producer_id()
+            self._maybe_fetch()
+            if producer_id is not None:
+                return ErrorCode.NONE, producer_id, ""
+            fetch = self._fetch
+            remaining = deadline_s - time.monotonic()
+            if fetch is None or remaining <= 0:
+                code, message = self._last_error
+                return code, -1, message
+            try:
+                async with asyncio.timeout(remaining):
+                    await asyncio.shield(fetch)
+            except TimeoutError:
+                return (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1,
+                        "no producer id block from the active controller yet; retry")
+            if self._blocks.wants_block() and self._last_error[0] is not ErrorCode.NONE:
+                await asyncio.sleep(min(RETRY_BACKOFF_S, max(0.0, deadline_s - time.monotonic())))
+
+    def _maybe_fetch(self) -> None:
+        if self._fetch is None and self._blocks.wants_block():
+            self._fetch = asyncio.get_running_loop().create_task(self._fetch_block(),
+                                                                 name="broker-allocate-producer-ids")
+
+    async def _fetch_block(self) -> None:
+        try:
+            if self.lifecycle.broker_epoch < 0:
+                self._last_error = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                    f"broker {self.lifecycle.broker_id} is not registered yet; retry")
+                return
+            request = controller_pb2.AllocateProducerIdsRequest(
+                broker_id=self.lifecycle.broker_id, broker_epoch=self.lifecycle.broker_epoch)
+            try:
+                answer = await self.client.call(
+                    "AllocateProducerIds", request,
+                    deadline_s=time.monotonic() + self.client.request_timeout_ms / 1000)
+            except TimeoutError:
+                self._last_error = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                    "no controller answered AllocateProducerIds; retry")
+                return
+            code = ErrorCode(answer.error.code)
+            if code is not ErrorCode.NONE:
+                logger.info("broker=%d event=allocate_producer_ids_failed error=%s message=%r",
+                            self.lifecycle.broker_id, code.name, answer.error.message)
+                # Stale epoch, not registered, no controller: the lifecycle fixes it; retry later.
+                retriable = code in (ErrorCode.NOT_CONTROLLER, ErrorCode.STALE_BROKER_EPOCH,
+                                     ErrorCode.BROKER_ID_NOT_REGISTERED, ErrorCode.REQUEST_TIMED_OUT)
+                self._last_error = (
+                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if retriable else ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"AllocateProducerIds answered {code.name}: {answer.error.message}")
+                return
+            try:
+                block = producer_ids.ProducerIdsBlock(first_producer_id=answer.producer_id_start,
+                                                      size=answer.producer_id_len)
+                self._blocks.add_block(block)
+            except (ValueError, errors.InvariantViolation) as exc:
+                logger.error("broker=%d event=producer_id_block_rejected reason=%r",
+                             self.lifecycle.broker_id, str(exc))
+                self._last_error = (ErrorCode.UNKNOWN_SERVER_ERROR, f"bad producer id block: {exc}")
+                return
+            self._last_error = (ErrorCode.NONE, "")
+            logger.info("broker=%d event=producer_id_block first=%d size=%d", self.lifecycle.broker_id,
+                        block.first_producer_id, block.size)
+        finally:
+            self._fetch = None
+
+    async def close(self) -> None:
+        if self._fetch is not None:
+            self._fetch.cancel()
+            await asyncio.gather(self._fetch, return_exceptions=True)

@@ -11,7 +11,14 @@ Owns, for one ``<topic>-<index>`` replica whose log lives on this broker:
   ``min.insync.replicas`` check, and reads with leader-epoch fencing and
   diverging-epoch answers (KIP-320);
 * as follower, the follower-side log operations the fetcher needs (append the
-  leader's batches as they are, truncate, adopt the leader's high watermark).
+  leader's batches as they are, truncate, adopt the leader's high watermark);
+* in both roles, the idempotent producers' state of the log (KIP-98,
+  :mod:`kraftlog.broker.producer_state`): the leader checks every batch with a
+  producer id against it (a retried batch is answered with its original offsets
+  and not appended; gaps, stale epochs and unknown producers are refused),
+  followers update it from the headers they replicate, truncation and recovery
+  rebuild it (from the newest ``<offset>.snapshot``, :mod:`kraftlog.broker.producer_snapshot`,
+  then the batch headers after it), retention trims it.
 
 Role transitions (Kafka's makeLeader/makeFollower, driven by the reconciler
 from metadata deltas; a delta whose leader epoch or partition epoch is below
@@ -48,10 +55,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from kraftlog.broker import producer_snapshot, producer_state
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import (
     CorruptRecordError,
@@ -80,6 +88,8 @@ NO_PARTITION_LEADER_EPOCH = -1
 """``current_leader_epoch`` / ``last_fetched_epoch`` of a request that skips the check."""
 CONSUMER_REPLICA_ID = -1
 """``replica_id`` of a consumer's fetch."""
+PRODUCER_STATE_SCAN_BYTES = 4 * 1024 * 1024
+"""Bytes read per step when the producer state is rebuilt from the log's batch headers."""
 
 
 class FetchIsolation(enum.Enum):
@@ -334,6 +344,9 @@ class LeaderAppendResult:
     """Offsets given, when ``error`` is NONE."""
     error_message: str = ""
     high_watermark_advanced: bool = False
+    duplicate: bool = False
+    """The batches were already in the log (an idempotent producer's retry): ``info`` gives
+    their original offsets and nothing was appended."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -405,6 +418,10 @@ class Partition:
         # The checkpointed value may be stale either way after a crash: clamp it to the log.
         self._high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         self._high_watermark_metadata: storage_log.LogOffsetMetadata | None = None
+        # KIP-98: every replica keeps the producers' state of what its log holds, so that
+        # whoever leads next dedupes retries. Rebuilt here by replaying the log's headers.
+        self._producers = producer_state.ProducerStateManager(str(self.topic_partition))
+        self._reload_producer_state()
 
     # ================================================================== state
 
@@ -476,6 +493,43 @@ class Partition:
         """The latest epoch in the leader-epoch cache, -1 if none (a follower's last fetched epoch)."""
         latest = self._epoch_cache.latest_epoch()
         return -1 if latest is None else latest
+
+    @property
+    def producers(self) -> producer_state.ProducerStateManager:
+        """The idempotent producers' state of this replica's log (read it; the partition updates it)."""
+        return self._producers
+
+    def _reload_producer_state(self) -> None:
+        """Rebuild the producer state: the newest usable ``<offset>.snapshot``, then the batch
+        headers from there to the log end (from the log start when there is no snapshot).
+
+        Done on open and after a truncation that removed some producer's batches; without a
+        snapshot it costs one read of the whole log.
+        """
+        log = self._log
+        loaded = producer_snapshot.load_latest(log.directory, log_start_offset=log.log_start_offset,
+                                               log_end_offset=log.log_end_offset)
+        if loaded is None:
+            self._producers.rebuild(iter_log_headers(log))
+            return
+        offset, entries = loaded
+        self._producers.restore(entries)
+        self._producers.truncate_head(log.log_start_offset)
+        self._producers.append_headers(iter_log_headers(log, start_offset=offset))
+
+    def write_producer_snapshot(self) -> bool:
+        """Write ``<log end>.snapshot`` if the whole log is flushed (True when written)."""
+        log = self._log
+        if log.recovery_point < log.log_end_offset:
+            return False
+        producer_snapshot.write(log.directory, log.log_end_offset, list(self._producers.producers.values()))
+        return True
+
+    def close(self) -> None:
+        """Flush the log, snapshot the producer state at its end (a restart then replays nothing), close."""
+        self._log.flush()
+        self.write_producer_snapshot()
+        self._log.close()
 
     def replica_status(self, replica_id: int) -> ReplicaStatus | None:
         remote = self._remote.get(replica_id)
@@ -804,9 +858,33 @@ class Partition:
                 error=ErrorCode.NOT_ENOUGH_REPLICAS,
                 error_message=f"the ISR {sorted(self._state.isr)} of {self.topic_partition} is smaller than "
                               f"min.insync.replicas={min_isr}")
-        size_error = self._check_sizes(batches)
+        inspected: list[tuple[producer_state.ProducerBatch | None, int]] = []
+        size_error = self._check_sizes(batches, inspected)
         if size_error is not None:
             return size_error
+        producers = [batch for batch, _delta in inspected]
+        has_producer = any(batch is not None for batch in producers)
+        if has_producer:
+            check = self._producers.check_leader_append(producers)
+            if check.duplicate is not None or check.error is not ErrorCode.NONE:
+                # Answered without appending: the CRCs the append would check come first (Kafka
+                # validates records before it looks at producer state).
+                end = 0
+                try:
+                    for header in record_batch.iter_batches(batches):
+                        header.validate()
+                        end = header.position + header.size_in_bytes
+                except CorruptRecordError as exc:
+                    return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
+                if end != len(batches):
+                    return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE,
+                                              error_message=f"incomplete batch at byte {end}")
+            if check.duplicate is not None:
+                return self._duplicate_append(check.duplicate)
+            if check.error is not ErrorCode.NONE:
+                logger.info("%s event=produce_rejected error=%s message=%r", self._where(), check.error.name,
+                            check.message)
+                return LeaderAppendResult(error=check.error, error_message=check.message)
         try:
             info = self._log.append_as_leader(batches, leader_epoch=self._leader_epoch, now_ms=now_ms)
         except CorruptRecordError as exc:
@@ -814,10 +892,32 @@ class Partition:
         except KraftlogError as exc:
             # An unsupported codec (SNAPPY) is the producer's fault, not ours.
             return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
+        if has_producer:
+            offset = info.first_offset
+            for batch, last_offset_delta in inspected:
+                if batch is not None:
+                    self._producers.append(batch, first_offset=offset, last_offset=offset + last_offset_delta)
+                offset += last_offset_delta + 1
         return LeaderAppendResult(error=ErrorCode.NONE, info=info,
                                   high_watermark_advanced=self.maybe_increment_high_watermark(now_ms))
 
-    def _check_sizes(self, batches: bytes | bytearray | memoryview) -> LeaderAppendResult | None:
+    def _duplicate_append(self, duplicate: producer_state.BatchMetadata) -> LeaderAppendResult:
+        # Kafka answers a retried batch with the offsets it got the first time; an acks=all
+        # produce still waits for the high watermark to pass them.
+        logger.info("%s event=duplicate_produce first_sequence=%d last_sequence=%d first_offset=%d "
+                    "last_offset=%d", self._where(), duplicate.first_sequence, duplicate.last_sequence,
+                    duplicate.first_offset, duplicate.last_offset)
+        info = storage_log.AppendInfo(
+            first_offset=duplicate.first_offset, last_offset=duplicate.last_offset,
+            max_timestamp=storage_log.NO_TIMESTAMP, offset_of_max_timestamp=-1, batch_count=0, record_count=0,
+            valid_bytes=0, log_start_offset=self._log.log_start_offset)
+        return LeaderAppendResult(error=ErrorCode.NONE, info=info, duplicate=True)
+
+    def _check_sizes(self, batches: bytes | bytearray | memoryview,
+                     inspected: list[tuple[producer_state.ProducerBatch | None, int]]
+                     ) -> LeaderAppendResult | None:
+        """Size checks; fills ``inspected`` with each batch's producer fields and last offset
+        delta (one pass over the headers)."""
         total = len(batches)
         if total > self._log.config.segment_bytes:
             return LeaderAppendResult(
@@ -831,6 +931,7 @@ class Partition:
                         error=ErrorCode.MESSAGE_TOO_LARGE,
                         error_message=f"batch {index} is {header.size_in_bytes} bytes, more than "
                                       f"max.message.bytes={limit}")
+                inspected.append((producer_state.ProducerBatch.of(header), header.last_offset_delta))
         except CorruptRecordError as exc:
             return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
         return None
@@ -977,7 +1078,11 @@ class Partition:
         """
         if self.is_leader:
             raise InvariantViolation(f"{self._where()}: follower append on the leader")
-        return self._log.append_as_follower(batches, now_ms=now_ms)
+        info = self._log.append_as_follower(batches, now_ms=now_ms)
+        if info.batch_count:
+            # The leader checked them (Kafka's origin REPLICATION): just keep the same state.
+            self._producers.append_headers(record_batch.iter_batches(batches))
+        return info
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
         """A follower adopts ``min(leader's high watermark, own log end)``; True if it changed."""
@@ -1000,13 +1105,18 @@ class Partition:
         if offset < self._high_watermark:
             logger.warning("%s event=truncate_below_high_watermark offset=%d high_watermark=%d",
                            self._where(), offset, self._high_watermark)
+        # Replay the log's headers only if the cut removes some producer's batches.
+        reload_producers = self._producers.has_batches_from(offset)
+        # Before the cut: a snapshot above it would describe batches the log no longer has.
+        producer_snapshot.delete_above(self._log.directory, offset)
         removed = self._log.truncate_to(offset)
         # Always cut the epoch cache too, even when no record went (Kafka's UnifiedLog.truncateTo):
         # a broker that led an epoch without appending keeps an entry at its log end that the new
         # leader never had, and would otherwise ask about that epoch forever.
         self._epoch_cache.truncate_from_end(self._log.log_end_offset)
         self._clamp_high_watermark()
-        if removed:
+        if removed and reload_producers:
+            self._reload_producer_state()
             logger.info("%s event=truncate offset=%d log_end_offset=%d high_watermark=%d", self._where(),
                         offset, self._log.log_end_offset, self._high_watermark)
         return removed
@@ -1015,7 +1125,9 @@ class Partition:
         """Drop the whole log and restart it at ``offset`` (a follower behind the leader's log start)."""
         if self.is_leader:
             raise InvariantViolation(f"{self._where()}: full truncation on the leader")
+        producer_snapshot.delete_above(self._log.directory, -1)
         self._log.truncate_fully_and_start_at(offset)
+        self._producers.clear()
         self._high_watermark = offset
         logger.info("%s event=truncate_fully start_offset=%d", self._where(), offset)
 
@@ -1023,9 +1135,43 @@ class Partition:
         """Follow the leader's log start offset (as far as our log reaches)."""
         moved = self._log.maybe_increment_log_start_offset(min(offset, self._log.log_end_offset))
         self._clamp_high_watermark()
+        if moved:
+            self._producers.truncate_head(self._log.log_start_offset)
         return moved
+
+    def delete_old_segments(self, now_ms: int) -> int:
+        """Apply retention below the high watermark (followers may still need the rest); segments deleted.
+
+        Producers whose every batch went are forgotten: their next batch must
+        start at sequence 0 (UNKNOWN_PRODUCER_ID otherwise).
+        """
+        deleted = self._log.delete_old_segments(now_ms, high_watermark=self._high_watermark)
+        if deleted:
+            dropped = self._producers.truncate_head(self._log.log_start_offset)
+            if dropped:
+                logger.info("%s event=producers_expired count=%d log_start_offset=%d", self._where(), dropped,
+                            self._log.log_start_offset)
+        return deleted
 
     def _clamp_high_watermark(self) -> None:
         self._high_watermark = min(max(self._high_watermark, self._log.log_start_offset),
                                    self._log.log_end_offset)
         self._high_watermark_metadata = None
+
+
+def iter_log_headers(log: storage_log.Log, *, start_offset: int = 0) -> Iterator[record_batch.BatchHeader]:
+    """Every batch header of ``log`` from ``start_offset`` (at least its start offset) to its end.
+
+    Reads the log in :data:`PRODUCER_STATE_SCAN_BYTES` steps (whole batches, headers only
+    looked at; records are never decoded). Batches wholly below ``start_offset`` are skipped.
+    """
+    offset = max(start_offset, log.log_start_offset)
+    end = log.log_end_offset
+    while offset < end:
+        data = log.read(offset, PRODUCER_STATE_SCAN_BYTES, min_one_message=True)
+        if not data.records or data.next_offset <= offset:
+            return
+        for header in record_batch.iter_batches(data.records):
+            if header.last_offset >= start_offset:
+                yield header
+        offset = data.next_offset

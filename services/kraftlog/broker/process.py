@@ -30,8 +30,14 @@ default ``""``) and the topics' ``leader.replication.throttled.replicas`` /
 ``replication.quota.window.num`` samples of ``replication.quota.window.size.seconds``.
 
 Tracing (``OTEL_*`` variables, off by default): a span per partition leader change seen
-here (become_leader / become_follower / replica_deleted) and per AlterPartition call;
-trace context crosses the gRPC hops (server interceptors, raft client interceptors).
+here (``broker.become_leader`` / ``broker.become_follower`` / ``broker.replica_deleted``,
+linked to the controller's ``controller.partition_leader_election`` of that leader epoch)
+and per AlterPartition call; sampled SERVER spans for Produce / Fetch; trace context
+crosses the gRPC hops (server interceptors, raft client interceptors).
+
+Metrics (:mod:`kraftlog.telemetry.broker_metrics`): a Prometheus ``/metrics`` endpoint on
+``kraftlog.metrics.port`` (``--metrics-port``; 0 = none; not in combined mode, where the
+controller's endpoint serves the process).
 
 SIGTERM / SIGINT: controlled shutdown (heartbeats with ``want_shut_down`` until the
 controller answers ``should_shut_down``, at most ``broker.session.timeout.ms``), then
@@ -81,7 +87,8 @@ from kraftlog.storage import log as storage_log
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.topic_partition import TopicPartition, parse_dir_name
 from kraftlog.storage.uuid import Uuid, random_uuid
-from kraftlog.telemetry import grpc_tracing, tracing
+from kraftlog.telemetry import broker_metrics as bm
+from kraftlog.telemetry import grpc_tracing, metrics, tracing
 from kraftlog.telemetry import logging as log_setup
 from kraftlog.v1 import common_pb2, controller_pb2
 
@@ -91,6 +98,7 @@ BROKER_SERVICE_NAME = "kraftlog.v1.BrokerService"
 LIVENESS_SERVICE_NAME = "liveness"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 RECONCILE_INTERVAL_S = 10.0
+METRICS_SAMPLE_INTERVAL_S = 1.0
 SHUTDOWN_GRACE_S = 1.0
 
 _I = kconfig.ConfigType.INT
@@ -182,6 +190,11 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="kraftlog.log.format", type=_S, default="text",
                       validator=kconfig.one_of(*log_setup.FORMATS),
                       doc="log format: text or json (--log-format wins)"),
+    kconfig.ConfigKey(name="kraftlog.metrics.port", type=_I, default=0,
+                      validator=kconfig.at_least(0),
+                      doc="port of the Prometheus /metrics endpoint; 0 = no endpoint"),
+    kconfig.ConfigKey(name="kraftlog.metrics.host", type=_S, default="0.0.0.0",
+                      doc="address the metrics endpoint binds"),
 ])
 
 # The raft observer's timeouts share the controllers' keys (controller.quorum.*).
@@ -321,7 +334,8 @@ class LocalLogs:
 
     def close(self, partitions: list[partition_mod.Partition]) -> None:
         for partition in partitions:
-            partition.log.close()
+            # Flush, snapshot the producer state (so the restart need not replay the log), close.
+            partition.close()
         for log, _cache in self._recovered.values():
             log.close()
         self._recovered.clear()
@@ -334,8 +348,11 @@ class _Publisher:
 
     def __init__(self, reconciler: rc.Reconciler, fetchers: fetcher_driver.ReplicaFetcherManager,
                  data: server.DataPlane, on_image: Callable[[], None],
-                 tracer: trace.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = ()) -> None:
+                 tracer: trace.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
+                 cluster_id: str = "") -> None:
         self.reconciler = reconciler
+        self.cluster_id = cluster_id
+        self._metadata_offset = -1
         self.quotas = quotas
         self.fetchers = fetchers
         self.data = data
@@ -346,6 +363,7 @@ class _Publisher:
         if delta.configs_delta is not None:
             self.apply_throttles(image)
         result = self.reconciler.apply_delta(delta, image, now_ms=wall_ms())
+        self._metadata_offset = image.provenance.last_offset
         self.apply(result)
         self._on_image()
 
@@ -368,15 +386,25 @@ class _Publisher:
         self._trace(result)
 
     def _trace(self, result: rc.ReconcileResult) -> None:
-        """One span per partition leader change seen here (DESIGN §3: every leader change)."""
+        """One span per partition leader change seen here (DESIGN §3: every leader change),
+        linked to the controller's election of that leader epoch (tracing.partition_leader_ids)."""
         manager = self.reconciler.manager
-        changes = [("partition.become_leader", tp) for tp in result.became_leader]
-        changes += [("partition.become_follower", tp) for tp in result.became_follower]
-        changes += [("partition.replica_deleted", tp) for tp in result.deleted]
+        changes = [("broker.become_leader", tp) for tp in result.became_leader]
+        changes += [("broker.become_follower", tp) for tp in result.became_follower]
+        changes += [("broker.replica_deleted", tp) for tp in result.deleted]
         for name, tp in changes:
             partition = manager.get_partition(tp)
             attributes: dict[str, Any] = {"kraftlog.node.id": self.reconciler.broker_id,
-                                          "kraftlog.partition": str(tp)}
+                                          "kraftlog.partition": str(tp), "topic": tp.topic,
+                                          "partition": tp.partition,
+                                          "metadata.offset": self._metadata_offset}
+            links = []
+            if partition is not None and partition.leader_epoch > 0:
+                # Epoch 0 is the partition's creation, not an election: nothing to link to.
+                links.append(tracing.link_to(tracing.partition_leader_ids(
+                    cluster_id=self.cluster_id, topic_id=partition.topic_id,
+                    partition=tp.partition, leader_epoch=partition.leader_epoch),
+                    {"kraftlog.link": "partition_leader_election"}))
             if partition is not None:
                 attributes.update({"partition.leader_id": partition.leader_id,
                                    "partition.leader_epoch": partition.leader_epoch,
@@ -384,7 +412,7 @@ class _Publisher:
                                    "partition.isr": sorted(partition.isr),
                                    "partition.log_end_offset": partition.log_end_offset,
                                    "partition.high_watermark": partition.high_watermark})
-            self._tracer.start_span(name, attributes=attributes).end()
+            self._tracer.start_span(name, attributes=attributes, links=links).end()
 
 
 async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
@@ -496,7 +524,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             fetch_wait_max_ms=cfg.get_int("replica.fetch.wait.max.ms"),
             fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes")), quota=follower_quota)
     publisher = _Publisher(reconciler, fetchers, data, on_image=health_changed.set,
-                           tracer=tracer.tracer, quotas=(leader_quota, follower_quota))
+                           tracer=tracer.tracer, quotas=(leader_quota, follower_quota),
+                           cluster_id=cluster_id)
     loader.add_publisher(publisher)
     if shared is None:
         assert raft_log is not None and store is not None
@@ -512,16 +541,27 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             return 0  # the process stops before the controller started raft
         raft = published
 
+    # Combined mode: the controller's endpoint serves the process; no second one.
+    metrics_port = cfg.get_int("kraftlog.metrics.port") if shared is None else 0
+    registry = metrics.MetricsRegistry() if metrics_port else None
+    broker_metrics = bm.BrokerMetrics(registry.registry) if registry is not None else None
     grpc_server: Any = grpc.aio.server(
         options=transport.server_options(),
-        interceptors=list(grpc_tracing.server_interceptors(tracer.tracer))
-        if tracer.enabled else None)
+        interceptors=grpc_tracing.data_path_interceptors(
+            tracer.tracer if tracer.enabled else None,
+            broker_metrics.observe_request if broker_metrics is not None else None) or None)
+    producer_id_allocator = controller_client.ProducerIdAllocator(client, lifecycle)
+
+    async def allocate_producer_id(deadline_s: float) -> tuple[ErrorCode, int, str]:
+        return await producer_id_allocator.allocate(deadline_s=deadline_s)
+
     servicer = server.BrokerServicer(data, broker_id=node_id, cluster_id=cluster_id,
                                      image=lambda: loader.image,
                                      controller_id=lambda: loader.leader_id,
                                      listener_name=listener_name,
                                      log_dirs=[str(d) for d in log_dirs],
-                                     ready=lambda: lifecycle.ready)
+                                     ready=lambda: lifecycle.ready,
+                                     producer_ids=allocate_producer_id)
     server.add_to_server(servicer, grpc_server)
     health_pb2_grpc.add_HealthServicer_to_server(health, grpc_server)
     listen = f"{listeners[0].host or '0.0.0.0'}:{listeners[0].port}"
@@ -529,6 +569,14 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         grpc_server.add_insecure_port(listen)
     except RuntimeError as exc:
         raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
+    if registry is not None:
+        try:
+            registry.serve(metrics_port, cfg.get_str("kraftlog.metrics.host"))
+        except OSError as exc:
+            await grpc_server.stop(None)
+            raise errors.ConfigError(f"cannot serve metrics on "
+                                     f"{cfg.get_str('kraftlog.metrics.host')}:{metrics_port}: "
+                                     f"{exc}") from None
     await grpc_server.start()
     for service in ("", BROKER_SERVICE_NAME):
         await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -563,7 +611,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             alter_wakeup.clear()
             requests = manager.take_alter_partition_requests()
             if requests:
-                await _alter_partitions(client, manager, lifecycle, requests, tracer.tracer)
+                await _alter_partitions(client, manager, lifecycle, requests, tracer.tracer,
+                                        on_isr_change=None if broker_metrics is None
+                                        else broker_metrics.observe_isr_change)
                 data.dispatch()
 
     async def periodic() -> None:
@@ -580,9 +630,15 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             if now - last_retention >= retention_s:
                 last_retention = now
                 for partition in list(manager.partitions.values()):
-                    # Never past the high watermark: followers may still need the data.
-                    partition.log.delete_old_segments(
-                        wall_ms(), high_watermark=partition.high_watermark)
+                    # Never past the high watermark (followers may still need the data);
+                    # the partition forgets producers whose batches all went.
+                    partition.delete_old_segments(wall_ms())
+
+    async def sample_metrics(sink: bm.BrokerMetrics) -> None:
+        quotas = (("leader", leader_quota), ("follower", follower_quota))
+        while True:
+            sink.sample(list(manager.partitions.values()), quotas, wall_ms())
+            await asyncio.sleep(METRICS_SAMPLE_INTERVAL_S)
 
     stop = shared.stop if shared is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -594,6 +650,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
              loop.create_task(periodic(), name="broker-periodic"),
              loop.create_task(data.wait(), name="broker-data-plane"),
              loop.create_task(lifecycle.wait(), name="broker-lifecycle")]
+    if broker_metrics is not None:
+        tasks.append(loop.create_task(sample_metrics(broker_metrics), name="broker-metrics"))
     stop_task = loop.create_task(stop.wait(), name="broker-stop-signal")
     raft_task = loop.create_task(raft.wait(), name="broker-raft-wait")
     exit_code = 0
@@ -622,10 +680,13 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         for task in (*tasks, stop_task, raft_task):
             task.cancel()
         await asyncio.gather(*tasks, stop_task, raft_task, return_exceptions=True)
+        await producer_id_allocator.close()
         await client.close()
         await grpc_server.stop(SHUTDOWN_GRACE_S)
         logs.write_checkpoints(manager.high_watermarks())
         logs.close(list(manager.partitions.values()))
+        if registry is not None:
+            registry.close()
         if shut_down_cleanly:
             clean_shutdown.write(log_dirs, lifecycle.broker_epoch)
             logger.info("broker=%d event=clean_shutdown_marked broker_epoch=%d", node_id,
@@ -637,8 +698,10 @@ async def _alter_partitions(client: controller_client.ControllerClient,
                             manager: rm.ReplicaManager,
                             lifecycle: controller_client.BrokerLifecycle,
                             requests: list[partition_mod.AlterPartitionRequest],
-                            tracer: trace.Tracer) -> None:
-    """Send ISR proposals to the controller; feed each answer back to its partition."""
+                            tracer: trace.Tracer,
+                            on_isr_change: Callable[..., None] | None = None) -> None:
+    """Send ISR proposals to the controller; feed each answer back to its partition
+    (``on_isr_change(old_size=, new_size=)`` for each change the controller accepted)."""
     by_topic: dict[Uuid, controller_pb2.AlterPartitionRequest.TopicData] = {}
     for request in requests:
         topic = by_topic.get(request.topic_id)
@@ -684,8 +747,14 @@ async def _alter_partitions(client: controller_client.ControllerClient,
         result = None if code is not ErrorCode.NONE else partition_mod.LeaderAndIsr(
             leader_id=part.leader_id, leader_epoch=part.leader_epoch, isr=tuple(part.isr),
             partition_epoch=part.partition_epoch)
+        hosted = manager.get_partition(TopicPartition(topic=request.topic,
+                                                      partition=request.partition_index))
+        old_isr_size = len(hosted.isr) if hosted is not None else -1
         outcome = manager.handle_alter_partition_response(request, error=code, result=result,
                                                           now_ms=now_ms)
+        if on_isr_change is not None and outcome.applied and result is not None \
+                and old_isr_size >= 0:
+            on_isr_change(old_size=old_isr_size, new_size=len(result.isr))
         logger.info("broker=%d partition=%s-%d event=alter_partition_answer error=%s isr=%s "
                     "applied=%s retry=%s", lifecycle.broker_id, request.topic,
                     request.partition_index, code.name, list(part.isr), outcome.applied,
@@ -693,7 +762,10 @@ async def _alter_partitions(client: controller_client.ControllerClient,
 
 
 def run_broker(args: argparse.Namespace) -> int:
-    cfg = kconfig.load(BROKER_CONFIG, args.config, list(args.override or ()))
+    overrides = list(args.override or ())
+    if getattr(args, "metrics_port", None) is not None:
+        overrides.append(f"kraftlog.metrics.port={args.metrics_port}")
+    cfg = kconfig.load(BROKER_CONFIG, args.config, overrides)
     log_setup.configure(level=args.log_level or cfg.get_str("kraftlog.log.level"),
                         log_format=args.log_format or cfg.get_str("kraftlog.log.format"))
     logging.getLogger("kraftlog.raft.consensus").setLevel(logging.WARNING)

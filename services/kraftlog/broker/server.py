@@ -13,6 +13,8 @@ is registered, caught up and unfenced. A partition not hosted here but known to 
 answers NOT_LEADER_OR_FOLLOWER with the leader's hint (KIP-951).
 
 OffsetForLeaderEpoch answers a leader's epoch end offsets (KIP-101/279).
+InitProducerId hands an idempotent producer a new producer id with epoch 0
+(KIP-98, non-transactional path) from the injected ``producer_ids`` allocator.
 Not served yet: FetchStream, OffsetCommit,
 OffsetFetch (gRPC UNIMPLEMENTED).
 
@@ -28,7 +30,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -46,6 +48,10 @@ from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 logger = logging.getLogger(__name__)
 
 POLL_INTERVAL_MS = 50
+INIT_PRODUCER_ID_MAX_WAIT_S = 5.0
+"""How long InitProducerId may wait for a producer id block before COORDINATOR_LOAD_IN_PROGRESS."""
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
 """Upper bound between two purgatory / ISR-expiry polls."""
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -186,8 +192,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     def __init__(self, data: DataPlane, *, broker_id: int, cluster_id: str,
                  image: Callable[[], im.MetadataImage], controller_id: Callable[[], int],
                  listener_name: str, log_dirs: Sequence[str] = (),
-                 ready: Callable[[], bool] = lambda: True) -> None:
+                 ready: Callable[[], bool] = lambda: True,
+                 producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None
+                 ) -> None:
         self.data = data
+        # (deadline as time.monotonic()) -> (error, producer id, message); None: not wired.
+        self._producer_ids = producer_ids
         self._ready = ready
         self.log_dirs = [os.path.abspath(d) for d in log_dirs]
         self.broker_id = broker_id
@@ -507,6 +517,42 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                                                                             partitions=parts)
                     for name, parts in topics.items()]))
         return response
+
+    # -- InitProducerId -------------------------------------------------------------------------
+
+    async def InitProducerId(self, request: broker_pb2.InitProducerIdRequest, context: Any) -> Any:
+        def answer(code: ErrorCode, message: str, producer_id: int = NO_PRODUCER_ID,
+                   producer_epoch: int = NO_PRODUCER_EPOCH) -> broker_pb2.InitProducerIdResponse:
+            return broker_pb2.InitProducerIdResponse(error=error_proto(code, message), producer_id=producer_id,
+                                                     producer_epoch=producer_epoch, throttle_time_ms=0)
+
+        if request.transactional_id:
+            return answer(ErrorCode.INVALID_REQUEST,
+                          f"transactions are not supported (transactional_id {request.transactional_id!r}); "
+                          "send an empty transactional_id for an idempotent producer")
+        has_id = request.producer_id != NO_PRODUCER_ID
+        has_epoch = request.producer_epoch != NO_PRODUCER_EPOCH
+        if has_id != has_epoch:
+            # Kafka's KafkaApis.handleInitProducerIdRequest: both or neither.
+            return answer(ErrorCode.INVALID_REQUEST,
+                          f"producer_id {request.producer_id} and producer_epoch {request.producer_epoch} "
+                          "must both be -1 or both be set")
+        if has_id and (request.producer_id < 0 or not 0 <= request.producer_epoch <= 32767):
+            return answer(ErrorCode.INVALID_REQUEST,
+                          f"invalid producer_id {request.producer_id} / producer_epoch {request.producer_epoch}")
+        if self._producer_ids is None:
+            return answer(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                          f"broker {self.broker_id} does not allocate producer ids")
+        wait_s = INIT_PRODUCER_ID_MAX_WAIT_S
+        remaining = context.time_remaining() if context is not None else None
+        if remaining is not None:
+            wait_s = max(0.0, min(wait_s, remaining - 0.1))
+        code, producer_id, message = await self._producer_ids(time.monotonic() + wait_s)
+        if code is not ErrorCode.NONE:
+            return answer(code, message)
+        logger.info("broker=%d event=init_producer_id producer_id=%d producer_epoch=0 previous_producer_id=%d",
+                    self.broker_id, producer_id, request.producer_id)
+        return answer(ErrorCode.NONE, "", producer_id, 0)
 
     # -- not served yet (issue 5 §5) -------------------------------------------------------------
 

@@ -129,8 +129,10 @@ class RecordAccumulator(Generic[H]):
             next_ms = due if next_ms is None else min(next_ms, due)
         return ready, next_ms
 
-    def drain(self, tp: TopicPartition, max_bytes: int) -> list[ProducerBatch[H]]:
-        """Take the first batches of ``tp`` up to ``max_bytes`` (always at least one).
+    def drain(self, tp: TopicPartition, max_bytes: int, *, max_batches: int | None = None,
+              ) -> list[ProducerBatch[H]]:
+        """Take the first batches of ``tp`` up to ``max_bytes`` and ``max_batches`` (always
+        at least one).
 
         A batch being retried goes alone, so a retry never merges with newer data.
         """
@@ -141,7 +143,8 @@ class RecordAccumulator(Generic[H]):
         total = taken[0].size_bytes
         if taken[0].attempts == 0:
             while queue and queue[0].attempts == 0 and queue[0].retry_at_ms == 0 and (
-                    total + queue[0].size_bytes <= max_bytes):
+                    total + queue[0].size_bytes <= max_bytes) and (
+                    max_batches is None or len(taken) < max_batches):
                 batch = queue.popleft()
                 total += batch.size_bytes
                 taken.append(batch)
@@ -154,6 +157,13 @@ class RecordAccumulator(Generic[H]):
         for batch in reversed(batches):
             batch.retry_at_ms = retry_at_ms
             self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+
+    def unbuild_all(self) -> None:
+        """Forget every queued batch's encoded bytes (the idempotent producer renumbers
+        them under a new producer id)."""
+        for queue in self._queues.values():
+            for batch in queue:
+                batch.encoded = None
 
     def backoff(self, tp: TopicPartition, until_ms: int) -> None:
         """Hold ``tp``'s first batch until ``until_ms`` (its leader is not known yet)."""

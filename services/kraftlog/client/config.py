@@ -117,6 +117,14 @@ class ProducerConfig:
     """``max.block.ms``: how long send() waits for metadata or buffer space."""
     metadata_max_age_ms: int = 300000
     """``metadata.max.age.ms``: metadata older than this is refreshed."""
+    enable_idempotence: bool = True
+    """``enable.idempotence`` (KIP-98): a producer id from InitProducerId and a sequence
+    number per batch and partition, so a retry after a lost answer is not written twice.
+    Used with acks=all only (as Kafka's default: other acks turn it off)."""
+
+    @property
+    def idempotent(self) -> bool:
+        return self.enable_idempotence and self.acks is Acks.ALL
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers",

@@ -25,8 +25,17 @@ one request in flight, so a retried batch keeps its place: retriable errors
 (:data:`kraftlog.client.errors.RETRIABLE_CODES`, connection failures) put it back
 at the front of its queue after ``retry.backoff.ms`` and refresh metadata (taking
 a ``current_leader`` hint, KIP-951, at once), until ``retries`` or
-``delivery.timeout.ms`` runs out. Without idempotence (not implemented) a retry
-after a lost answer can duplicate records, as in Kafka.
+``delivery.timeout.ms`` runs out.
+
+Idempotence (``enable.idempotence``, on by default with acks=all; KIP-98): before its
+first send the producer gets a producer id from a broker's InitProducerId, and each
+batch carries (producer id, epoch, base sequence), the sequence counting records per
+partition. A batch's bytes are built once, so a retry resends the same sequence and a
+broker that already wrote it answers with the original offset instead of writing it
+twice. Each request then carries one batch per partition. When the broker lost the
+producer's state (UNKNOWN_PRODUCER_ID) or the sequence broke (OUT_OF_ORDER_SEQUENCE_NUMBER
+after a batch failed for good), the producer takes a new id and renumbers what it has
+not sent yet.
 
 Edge module: threads, gRPC, the clock.
 """
@@ -200,6 +209,10 @@ class Producer:
         self._sender = threading.Thread(target=self._run_sender, name="kraftlog-producer-sender",
                                         daemon=True)
         self._sender_error: BaseException | None = None
+        # Idempotence state: owned by the sender thread, reset under _lock.
+        self._producer_id = rb.NO_PRODUCER_ID
+        self._producer_epoch = rb.NO_PRODUCER_EPOCH
+        self._next_sequence: dict[TopicPartition, int] = {}
         self._sender.start()
 
     # -- public API ---------------------------------------------------------------------------
@@ -359,6 +372,10 @@ class Producer:
         self._release(expired)
         if not ready:
             return True
+        if self.config.idempotent and self._producer_id < 0 and not self._init_producer_id():
+            with self._lock:
+                self._lock.wait(self.config.retry_backoff_ms / 1000)
+            return True
         self.metadata.maybe_refresh(deadline=time.monotonic()
                                     + self.config.request_timeout_ms / 1000)
         by_leader: dict[str, list[TopicPartition]] = {}
@@ -379,7 +396,10 @@ class Producer:
                 self._accumulator.backoff(tp, now + self.config.retry_backoff_ms)
             for address, tps in by_leader.items():
                 for tp in tps:
-                    batches = self._accumulator.drain(tp, self.config.max_request_size)
+                    # Idempotent: one batch per partition and request, as Kafka sends.
+                    batches = self._accumulator.drain(
+                        tp, self.config.max_request_size,
+                        max_batches=1 if self.config.idempotent else None)
                     if batches:
                         self._in_flight[tp] = batches
                         drained.setdefault(address, {})[tp] = batches
@@ -389,9 +409,57 @@ class Producer:
 
     def _encode(self, batch: acc.ProducerBatch[RecordFuture]) -> bytes:
         if batch.encoded is None:
-            batch.encoded = rb.build_batch(batch.records, compression=self.config.compression_type,
-                                           now_ms=_wall_ms())
+            if not self.config.idempotent:
+                batch.encoded = rb.build_batch(
+                    batch.records, compression=self.config.compression_type, now_ms=_wall_ms())
+                return batch.encoded
+            with self._lock:
+                sequence = self._next_sequence.get(batch.tp, 0)
+                self._next_sequence[batch.tp] = (sequence + len(batch.records)) % (1 << 31)
+                producer_id, producer_epoch = self._producer_id, self._producer_epoch
+            batch.encoded = rb.build_batch(
+                batch.records, compression=self.config.compression_type, now_ms=_wall_ms(),
+                producer_id=producer_id, producer_epoch=producer_epoch,
+                base_sequence=sequence)
         return batch.encoded
+
+    def _init_producer_id(self) -> bool:
+        """Get a producer id from a broker (InitProducerId); False to try again later."""
+        addresses = list(self.metadata.brokers().values()) or list(self.config.bootstrap_servers)
+        problems = []
+        for address in addresses:
+            try:
+                answer = self._channels.stub(address).InitProducerId(
+                    broker_pb2.InitProducerIdRequest(producer_id=-1, producer_epoch=-1),
+                    timeout=self.config.request_timeout_ms / 1000)
+            except grpc.RpcError as exc:
+                problems.append(f"{address}: {md.rpc_error_text(exc)}")
+                continue
+            except client_errors.ClientClosedError:
+                return False
+            code = client_errors.code_of(answer.error.code)
+            if code is ErrorCode.NONE:
+                with self._lock:
+                    self._producer_id = answer.producer_id
+                    self._producer_epoch = answer.producer_epoch
+                    self._next_sequence.clear()
+                logger.debug("producer id %d epoch %d", answer.producer_id,
+                             answer.producer_epoch)
+                return True
+            problems.append(f"{address}: {code.name} {answer.error.message}".rstrip())
+        logger.info("InitProducerId failed, will retry: %s", "; ".join(problems))
+        return False
+
+    def _reset_producer_id(self, tp: TopicPartition) -> None:
+        """Drop the producer id (a new one is fetched before the next send) and unbuild the
+        queued batches of every partition, so they are numbered afresh."""
+        with self._lock:
+            self._producer_id = rb.NO_PRODUCER_ID
+            self._producer_epoch = rb.NO_PRODUCER_EPOCH
+            self._next_sequence.clear()
+            for batch in self._in_flight.get(tp, []):
+                batch.encoded = None
+            self._accumulator.unbuild_all()
 
     def _send_request(self, address: str,
                       partitions: dict[TopicPartition, list[acc.ProducerBatch[RecordFuture]]]
@@ -465,6 +533,14 @@ class Producer:
                     self.metadata.request_update()
                     if part.HasField("current_leader"):
                         self.metadata.apply_leader_hint(tp, part.current_leader)
+                if self.config.idempotent and code in (ErrorCode.UNKNOWN_PRODUCER_ID,
+                                                       ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+                    # Nothing was written: renumber under a new producer id and resend.
+                    self._reset_producer_id(tp)
+                    self._finish_partition(tp, error=client_errors.error_for(
+                        code, part.error.message, topic=tp.topic, context=f"{tp} on {address}"),
+                        retriable=True)
+                    continue
                 self._finish_partition(tp, error=client_errors.error_for(
                     code, part.error.message, topic=tp.topic, context=f"{tp} on {address}"),
                     retriable=client_errors.is_retriable(code))

@@ -242,6 +242,8 @@ class QuorumController:
         self._pending: deque[_Pending] = deque()
         self._failed = False
         self.timings: dict[str, EventTimings] = {}
+        # (kind, queue_ns, process_ns) per handled event: the controller's metrics.
+        self.on_event_timed: Callable[[str, int, int], None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -370,6 +372,8 @@ class QuorumController:
             timing.process_ns += process_ns
             timing.max_queue_ns = max(timing.max_queue_ns, queue_ns)
             timing.max_process_ns = max(timing.max_process_ns, process_ns)
+            if self.on_event_timed is not None:
+                self.on_event_timed(kind, queue_ns, process_ns)
 
     async def _handle_write(self, event: _Write) -> None:
         if event.future.done():

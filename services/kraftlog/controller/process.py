@@ -187,7 +187,7 @@ class ControllerHost:
         self.raft: raft_driver.RaftDriver | None = None
         self._jobs: list[asyncio.Task[None]] = []
         # Spans for elections, ISR changes, fencing and reassignments (None: tracing off).
-        self.record_tracer = controller_tracing.observer(node_id)
+        self.record_tracer = controller_tracing.observer(node_id, cluster_id=cluster_id)
 
     def _new_state(self) -> ControllerState:
         return ControllerState(self.config)

@@ -16,7 +16,8 @@ Each role change is one log line from the driver
 (``node=<id> epoch=<e> from=<role> to=<role> leader=<id> reason=...``).
 
 Observability (:mod:`kraftlog.telemetry`): OpenTelemetry traces of every election when
-the ``OTEL_*`` variables configure an exporter (off otherwise), a Prometheus endpoint
+the ``OTEL_*`` variables configure an exporter (off otherwise), a Prometheus endpoint with
+the raft and controller metrics (:mod:`kraftlog.telemetry.controller_metrics`)
 on ``--metrics-port`` / ``kraftlog.metrics.port`` (0 = none), and logs at
 ``--log-level`` / ``kraftlog.log.level`` as text or JSON lines
 (``--log-format`` / ``kraftlog.log.format``).
@@ -53,7 +54,7 @@ from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import RaftConfig, parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
 from kraftlog.storage import meta_properties
-from kraftlog.telemetry import grpc_tracing, metrics, raft_tracing, tracing
+from kraftlog.telemetry import controller_metrics, grpc_tracing, metrics, raft_tracing, tracing
 from kraftlog.telemetry import logging as log_setup
 
 logger = logging.getLogger(__name__)
@@ -256,6 +257,7 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
     except RuntimeError as exc:
         raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
     raft_metrics = metrics.RaftMetrics(registry.registry, node_id=node_id, cluster_id=cluster_id)
+    ctl_metrics = controller_metrics.ControllerMetrics(registry.registry)
     if metrics_port:
         try:
             registry.serve(metrics_port, metrics_host)
@@ -271,6 +273,8 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
     listener: consensus.RaftListener = metrics.MeteredListener(
         host.listener(), raft_metrics, now_ms=clock.monotonic_ms,
         is_leader=lambda: raft.status.role is Role.LEADER)
+    if host.controller is not None:
+        host.controller.on_event_timed = ctl_metrics.observe_event
     if shared is not None:
         # Combined mode: the co-located broker's metadata loader hears the same log.
         broker_listener = await shared.wait_registered()
@@ -328,6 +332,12 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
             raft_metrics.set_log(high_watermark=log.high_watermark,
                                  log_end_offset=log.end_offset,
                                  log_end_epoch=log.last_fetched_epoch())
+            if host.controller is not None:
+                status = host.controller.status()
+                ctl_metrics.set_status(active=status.active,
+                                       last_applied_offset=status.last_written_offset,
+                                       last_committed_offset=status.committed_offset)
+            ctl_metrics.set_image(host.loader.image)
             await asyncio.sleep(METRICS_SAMPLE_INTERVAL_S)
 
     health_task = loop.create_task(publish_health(), name="raft-health")

@@ -21,9 +21,19 @@ Owns two things:
 
 Span attributes: ``kraftlog.node.id``, ``controller.epoch``, ``controller.operation``
 (the write that produced the records: ``FenceStaleBrokers``, ``ElectLeaders``, ...),
-``metadata.offset``, ``topic``, ``partition``, and per kind ``old_leader`` /
+``metadata.offset``, ``topic``, ``partition``, ``leader_epoch`` (after the record), and per kind ``old_leader`` /
 ``new_leader`` / ``reason``, ``old_isr`` / ``new_isr``, ``broker.id``, ``replicas`` /
 ``adding_replicas`` / ``removing_replicas``.
+
+Linking to the brokers: a partition leader election span gets trace and span ids derived
+from (cluster id, topic id, partition, new leader epoch)
+(:func:`kraftlog.telemetry.tracing.partition_leader_ids`). The brokers know the same four
+values when they replay the PartitionChangeRecord, so their ``broker.become_leader`` /
+``broker.become_follower`` spans link to the election without any trace context in the
+metadata log. (Carrying a ``traceparent`` record header instead would need the raft
+append path, the metadata loader and the delta to carry per-record headers; the leader
+epoch already names the election uniquely, and a delta that batches many records still
+tells each partition's epoch, where a metadata offset would not.)
 
 Runs on the controller's event-loop task; never raises into it (a failing hook costs
 spans, not the controller) and never changes what it observes. With tracing off the
@@ -102,7 +112,10 @@ class ControllerEvent:
     operation: str
     offset: int
     topic: str = ""
+    topic_id: Uuid | None = None
     partition: int = -1
+    leader_epoch: int = -1
+    """The partition's leader epoch after the record."""
     broker_id: int = -1
     reason: Reason | None = None
     old_leader: int = -1
@@ -189,7 +202,8 @@ def derive_events(operation: str, records: Sequence[r.MetadataRecord], base_offs
             # Every event of this record shares these; dataclasses.replace fills the rest.
             common = ControllerEvent(kind=EventKind.ISR_CHANGE, operation=operation,
                                      offset=offset, topic=name_of(record.topic_id),
-                                     partition=record.partition_id, old_leader=before.leader,
+                                     topic_id=record.topic_id, partition=record.partition_id,
+                                     leader_epoch=after.leader_epoch, old_leader=before.leader,
                                      new_leader=after.leader, old_isr=before.isr,
                                      new_isr=after.isr, replicas=after.replicas)
             replicas_changed = (after.replicas != before.replicas
@@ -271,10 +285,11 @@ def global_tracer() -> trace.Tracer | None:
 class ControllerTracer:
     """Spans for the QuorumController's decisions (the driver's ``RecordObserver``)."""
 
-    def __init__(self, tracer: trace.Tracer, *, node_id: int,
+    def __init__(self, tracer: trace.Tracer, *, node_id: int, cluster_id: str = "",
                  lookup_factory: Callable[[Any], PartitionLookup] = StateLookup) -> None:
         self._tracer = tracer
         self._node_id = node_id
+        self._cluster_id = cluster_id
         self._lookup_factory = lookup_factory
         # Spans waiting for the commit of their offset, in offset order.
         self._uncommitted: deque[tuple[int, Span]] = deque()
@@ -289,6 +304,7 @@ class ControllerTracer:
             attributes["broker.id"] = event.broker_id
         else:
             attributes.update({"topic": event.topic, "partition": event.partition,
+                               "leader_epoch": event.leader_epoch,
                                "old_leader": event.old_leader, "new_leader": event.new_leader,
                                "old_isr": _ids(event.old_isr), "new_isr": _ids(event.new_isr),
                                "replicas": _ids(event.replicas)})
@@ -309,7 +325,16 @@ class ControllerTracer:
             attributes = self._attributes(event, epoch)
             if event.kind in (EventKind.PARTITION_LEADER_ELECTION, EventKind.ISR_CHANGE,
                               EventKind.BROKER_FENCED):
-                span = self._tracer.start_span(event.kind.value, attributes=attributes)
+                if event.kind is EventKind.PARTITION_LEADER_ELECTION:
+                    # Ids the brokers can compute: their become_leader / become_follower
+                    # spans link here (tracing.partition_leader_ids).
+                    span = tracing.start_span_with_ids(
+                        self._tracer, event.kind.value, tracing.partition_leader_ids(
+                            cluster_id=self._cluster_id, topic_id=event.topic_id,
+                            partition=event.partition, leader_epoch=event.leader_epoch),
+                        attributes=attributes)
+                else:
+                    span = self._tracer.start_span(event.kind.value, attributes=attributes)
                 if event.kind is EventKind.ISR_CHANGE:
                     span.set_attribute("isr_change", "shrink" if len(event.new_isr)
                                        < len(event.old_isr) else "expand")
@@ -371,9 +396,10 @@ class ControllerTracer:
         self.reverted(-1)
 
 
-def observer(node_id: int, tracer: trace.Tracer | None = None) -> ControllerTracer | None:
+def observer(node_id: int, tracer: trace.Tracer | None = None, *, cluster_id: str = ""
+             ) -> ControllerTracer | None:
     """The tracer to hand the QuorumController, or None when tracing is off."""
     chosen = tracer if tracer is not None else global_tracer()
     if chosen is None:
         return None
-    return ControllerTracer(chosen, node_id=node_id)
+    return ControllerTracer(chosen, node_id=node_id, cluster_id=cluster_id)

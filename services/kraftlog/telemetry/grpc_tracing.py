@@ -12,13 +12,21 @@ runs several times a second, and a root span per fetch would bury the elections 
 noise. That is also why this module, not opentelemetry-instrumentation-grpc (which
 starts a root span for every call), carries the raft hop.
 
+The data path is the exception (:class:`DataPathInterceptor`, on the broker): every
+BrokerService ``Produce`` / ``Fetch`` call gets a SERVER span, continuing the client's
+context when it sent one, else a root span that the sampler keeps at a ratio
+(:class:`kraftlog.telemetry.tracing.DataPathSampler`); the same interceptor times the
+calls for the broker's request metrics. An unsampled call costs one non-recording span.
+
 Used by :mod:`kraftlog.raft.transport` (server creation and the peer channels) when
-tracing is on. Must not import any raft module: it knows RPCs, not protocols.
+tracing is on, and by the broker process. Must not import any raft module: it knows
+RPCs, not protocols.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import grpc
@@ -29,6 +37,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 _RPC_SYSTEM = "grpc"
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
+DATA_PATH_METHODS = frozenset({"/kraftlog.v1.BrokerService/Produce",
+                               "/kraftlog.v1.BrokerService/Fetch"})
+"""The RPCs :class:`DataPathInterceptor` traces (sampled) and times."""
+_EMPTY_CONTEXT = otel_context.Context()
+
+RequestObserver = Callable[[str, float, bool], None]
+"""``(rpc method name, seconds, ok)`` for each data-path call (the broker's request metrics)."""
 
 
 def _split_method(method: str) -> tuple[str, str]:
@@ -89,7 +104,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
                                 handler_call_details: Any) -> Any:
-        handler = await continuation(handler_call_details)
+        return self.wrap(await continuation(handler_call_details), handler_call_details)
+
+    def wrap(self, handler: Any, handler_call_details: Any) -> Any:
+        """``handler`` run in a span continuing the caller's trace, if the caller sent one."""
         if handler is None or handler.unary_unary is None:
             return handler
         metadata = handler_call_details.invocation_metadata or ()
@@ -123,6 +141,77 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return grpc.unary_unary_rpc_method_handler(
             traced, request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer)
+
+
+class DataPathInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """SERVER spans (sampled) and timings for the unary data-path RPCs (:data:`DATA_PATH_METHODS`);
+    every other RPC as :class:`ServerInterceptor` does (one interceptor, not two chained:
+    each link of a chain costs a coroutine per call).
+
+    ``tracer`` None: no spans (and other RPCs pass untouched); ``observe`` None: no timings."""
+
+    def __init__(self, tracer: trace.Tracer | None, observe: RequestObserver | None,
+                 methods: Collection[str] = DATA_PATH_METHODS) -> None:
+        self._tracer = tracer
+        self._observe = observe
+        self._methods = methods
+        self._attributes = {m: _rpc_attributes(m) for m in methods}
+        self._others = ServerInterceptor(tracer) if tracer is not None else None
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
+                                handler_call_details: Any) -> Any:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if method not in self._methods:
+            return handler if self._others is None \
+                else self._others.wrap(handler, handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        behaviour = handler.unary_unary
+        tracer, observe = self._tracer, self._observe
+        api = _split_method(method)[1]
+        parent = _EMPTY_CONTEXT
+        if tracer is not None:
+            carrier = {key: value for key, value in handler_call_details.invocation_metadata or ()
+                       if key in _TRACE_HEADERS}
+            if "traceparent" in carrier:
+                parent = propagate.extract(carrier)
+        attributes = self._attributes[method]
+
+        async def handle(request: Any, context: Any) -> Any:
+            started = time.perf_counter()
+            ok = False
+            span = None if tracer is None else tracer.start_span(
+                _span_name(method), context=parent, kind=SpanKind.SERVER, attributes=attributes)
+            token = None
+            if span is not None and span.is_recording():
+                token = otel_context.attach(trace.set_span_in_context(span, parent))
+            try:
+                response = await behaviour(request, context)
+                ok = True
+                return response
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
+                if span is not None:
+                    if not ok and span.is_recording():
+                        code = context.code() if hasattr(context, "code") else None
+                        span.set_status(Status(StatusCode.ERROR, getattr(code, "name", None)))
+                    span.end()
+                if observe is not None:
+                    observe(api, time.perf_counter() - started, ok)
+
+        return grpc.unary_unary_rpc_method_handler(
+            handle, request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer)
+
+
+def data_path_interceptors(tracer: trace.Tracer | None, observe: RequestObserver | None
+                           ) -> list[Any]:
+    """The broker's server interceptors: none when neither tracing nor metrics is on."""
+    if tracer is None and observe is None:
+        return []
+    return [DataPathInterceptor(tracer, observe)]
 
 
 def client_interceptors(tracer: trace.Tracer) -> Sequence[Any]:

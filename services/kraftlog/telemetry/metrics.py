@@ -4,9 +4,10 @@ Owns :class:`MetricsRegistry` (a ``prometheus_client`` registry with the process
 collectors, served over HTTP at ``/metrics`` by :meth:`MetricsRegistry.serve`) and
 :class:`RaftMetrics`, Kafka's ``kafka.server:type=raft-metrics`` under Prometheus
 names. ``kraftlog controller`` creates both (``--metrics-port`` /
-``kraftlog.metrics.port``, 0 = no endpoint); the controller and broker rooms add their
-own metric groups to the same :attr:`MetricsRegistry.registry` (one class per group,
-like :class:`RaftMetrics`).
+``kraftlog.metrics.port``, 0 = no endpoint) and adds
+:class:`kraftlog.telemetry.controller_metrics.ControllerMetrics` to the same
+:attr:`MetricsRegistry.registry`; ``kraftlog broker`` serves its own registry with
+:class:`kraftlog.telemetry.broker_metrics.BrokerMetrics` (one class per group).
 
 Names: ``kraftlog_<group>_<kafka metric name with _>``, base units as Prometheus wants
 them (``_seconds``, ``_total``). Kafka's raft metric ``current-state`` becomes the

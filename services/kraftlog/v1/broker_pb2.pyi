@@ -227,7 +227,12 @@ class ProduceResponse(_message.Message):
             """NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE,
             INVALID_RECORD, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, NOT_ENOUGH_REPLICAS,
             NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, INVALID_REQUIRED_ACKS,
-            KAFKA_STORAGE_ERROR.
+            KAFKA_STORAGE_ERROR; for batches with a producer id (KIP-98, see
+            InitProducerIdRequest): OUT_OF_ORDER_SEQUENCE_NUMBER (a gap, or a new
+            epoch not starting at 0), INVALID_PRODUCER_EPOCH (an epoch older than the
+            producer's last), UNKNOWN_PRODUCER_ID (no state for the producer here and
+            base_sequence is not 0). A retried batch already in the log answers NONE
+            with its original base_offset.
             """
 
         @_builtins.property
@@ -1606,3 +1611,90 @@ class OffsetFetchResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetFetchResponse: _TypeAlias = OffsetFetchResponse  # noqa: Y015
+
+@_typing.final
+class InitProducerIdRequest(_message.Message):
+    """Kafka InitProducerIdRequest v4, idempotent producers only (no transactions).
+
+    The answer is a new producer id with epoch 0, whatever producer_id /
+    producer_epoch say (Kafka's non-transactional path). The producer then
+    numbers its batches per partition: base_sequence 0 for its first batch to a
+    partition, then the previous batch's base_sequence + record count (wrapping
+    from 2147483647 to 0), and sets producerId / producerEpoch / baseSequence in
+    every RecordBatch header. A Produce of a batch the partition already holds
+    (same producer id, epoch and sequence range, among the producer's last 5
+    batches there) appends nothing and answers NONE with the original base_offset.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    """Must be empty: transactions are not supported (INVALID_REQUEST)."""
+    transaction_timeout_ms: _builtins.int
+    """Milliseconds; only meaningful with a transactional id, otherwise ignored."""
+    producer_id: _builtins.int
+    """-1, or the producer id the client had (KIP-360); -1 together with
+    producer_epoch -1, else INVALID_REQUEST.
+    """
+    producer_epoch: _builtins.int
+    """-1, or the epoch the client had; see producer_id."""
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        transaction_timeout_ms: _builtins.int = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
+
+@_typing.final
+class InitProducerIdResponse(_message.Message):
+    """Kafka InitProducerIdResponse v4."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    """The producer id, -1 on error."""
+    producer_epoch: _builtins.int
+    """The producer epoch (0), -1 on error."""
+    throttle_time_ms: _builtins.int
+    """Always 0 (no quotas)."""
+    @_builtins.property
+    def error(self) -> _common_pb2.Error:
+        """NONE; INVALID_REQUEST (a transactional id, or only one of producer_id /
+        producer_epoch set); COORDINATOR_LOAD_IN_PROGRESS (no id block yet: the
+        broker is not registered or the controller did not answer in time;
+        retry after a backoff); UNKNOWN_SERVER_ERROR (the controller ran out of
+        producer ids).
+        """
+
+    def __init__(
+        self,
+        *,
+        error: _common_pb2.Error | None = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        throttle_time_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015

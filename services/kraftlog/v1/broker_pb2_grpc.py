@@ -81,6 +81,11 @@ class BrokerServiceStub:
                 request_serializer=kraftlog_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
                 response_deserializer=kraftlog_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
                 _registered_method=True)
+        self.InitProducerId = channel.unary_unary(
+                '/kraftlog.v1.BrokerService/InitProducerId',
+                request_serializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -152,6 +157,14 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducerId(self, request, context):
+        """A producer id and epoch for an idempotent producer (KIP-98), from a block
+        of ids this broker got from the active controller (AllocateProducerIds).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -199,6 +212,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.OffsetFetch,
                     request_deserializer=kraftlog_dot_v1_dot_broker__pb2.OffsetFetchRequest.FromString,
                     response_serializer=kraftlog_dot_v1_dot_broker__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'InitProducerId': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducerId,
+                    request_deserializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -446,6 +464,33 @@ class BrokerService:
             '/kraftlog.v1.BrokerService/OffsetFetch',
             kraftlog_dot_v1_dot_broker__pb2.OffsetFetchRequest.SerializeToString,
             kraftlog_dot_v1_dot_broker__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducerId(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kraftlog.v1.BrokerService/InitProducerId',
+            kraftlog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
+            kraftlog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,

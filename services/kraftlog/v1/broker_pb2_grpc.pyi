@@ -69,6 +69,10 @@ class BrokerServiceStub:
     """Store a consumer group's committed offsets in __consumer_offsets."""
     OffsetFetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]
     """Read a consumer group's committed offsets."""
+    InitProducerId: _grpc.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]
+    """A producer id and epoch for an idempotent producer (KIP-98), from a block
+    of ids this broker got from the active controller (AllocateProducerIds).
+    """
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -97,6 +101,10 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     """Store a consumer group's committed offsets in __consumer_offsets."""
     OffsetFetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.OffsetFetchRequest, _broker_pb2.OffsetFetchResponse]  # type: ignore[assignment]
     """Read a consumer group's committed offsets."""
+    InitProducerId: _aio.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]  # type: ignore[assignment]
+    """A producer id and epoch for an idempotent producer (KIP-98), from a block
+    of ids this broker got from the active controller (AllocateProducerIds).
+    """
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     """The data plane of one broker: produce, fetch, offsets, metadata, log dirs,
@@ -176,5 +184,15 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.OffsetFetchResponse, _abc.Awaitable[_broker_pb2.OffsetFetchResponse]]:
         """Read a consumer group's committed offsets."""
+
+    @_abc_1.abstractmethod
+    def InitProducerId(
+        self,
+        request: _broker_pb2.InitProducerIdRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.InitProducerIdResponse, _abc.Awaitable[_broker_pb2.InitProducerIdResponse]]:
+        """A producer id and epoch for an idempotent producer (KIP-98), from a block
+        of ids this broker got from the active controller (AllocateProducerIds).
+        """
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
