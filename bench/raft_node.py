@@ -78,11 +78,13 @@ def percentiles_ms(samples_s: list[float]) -> dict[str, float]:
 
 
 class Node:
-    def __init__(self, raft: driver.RaftDriver, tracker: CommitTracker) -> None:
+    def __init__(self, raft: driver.RaftDriver, tracker: CommitTracker,
+                 status_changed: asyncio.Event) -> None:
         self.raft = raft
         self.tracker = tracker
         self.probing = False
         self.probed_epoch = -1
+        self.status_changed = status_changed
 
     async def seq(self, n: int, size: int) -> dict[str, Any]:
         value = b"x" * size
@@ -123,8 +125,12 @@ class Node:
                 "records_per_s": round(records / elapsed, 1), "window": window, "chunk": chunk}
 
     async def probe_loop(self) -> None:
-        """Propose one record as soon as this node leads a new epoch; report its commit."""
+        """Propose one record as soon as this node leads a new epoch; report its commit.
+
+        Woken by the driver's status changes (not a timer: a polling loop would cost every
+        node CPU during the latency measurements)."""
         while True:
+            self.status_changed.clear()
             status = self.raft.status
             if (self.probing and status.role is Role.LEADER
                     and status.epoch > self.probed_epoch):
@@ -136,7 +142,8 @@ class Node:
                           "epoch": status.epoch, "offset": offset})
                 except errors.NotLeaderError:
                     pass
-            await asyncio.sleep(0.002)
+                continue
+            await self.status_changed.wait()
 
 
 def emit(answer: dict[str, Any]) -> None:
@@ -164,6 +171,7 @@ async def control(node: Node) -> None:
             elif cmd == "probe":
                 node.probing = True
                 node.probed_epoch = node.raft.status.epoch
+                node.status_changed.set()
                 emit({"probing": True})
             else:
                 emit({"error": f"unknown command {cmd!r}"})
@@ -184,13 +192,14 @@ async def main_async(cfg: kconfig.Config) -> None:
     servicer = transport.RaftServicer()
     server: Any = transport.create_server(servicer)
     server.add_insecure_port(commands.controller_listener(cfg))
+    status_changed = asyncio.Event()
     raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
                              config=commands.raft_config(cfg), log=log, store=store,
-                             listener=tracker)
+                             listener=tracker, on_status=lambda _: status_changed.set())
     servicer.handler = raft
     await server.start()
     raft.start()
-    node = Node(raft, tracker)
+    node = Node(raft, tracker, status_changed)
     probe = asyncio.get_running_loop().create_task(node.probe_loop())
     try:
         await control(node)

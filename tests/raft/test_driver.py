@@ -291,3 +291,103 @@ def test_a_successor_counts_a_pre_vote_granted_by_a_voter_that_still_names_the_o
         error_code=ErrorCode.NONE, leader_epoch=1, leader_id=1, vote_granted=True), 21)
     node.client.poll(21)
     assert role() is Role.CANDIDATE
+
+
+class _EchoHandler:
+    """Answers every Fetch with its fetch offset as the high watermark; offset 99 never."""
+
+    async def handle_request(self, source: int, request: msg.RaftRequest) -> msg.RaftResponse:
+        assert isinstance(request, msg.FetchRequest)
+        if request.fetch_offset == 99:
+            await asyncio.sleep(30)
+        return msg.FetchResponse(error_code=ErrorCode.NONE, leader_epoch=1, leader_id=1,
+                                 high_watermark=request.fetch_offset, log_start_offset=0)
+
+    def leader_and_epoch(self) -> tuple[int, int]:
+        return 1, 1
+
+
+class _CountingServicer(transport.RaftServicer):
+    def __init__(self, handler: transport.RequestHandler) -> None:
+        super().__init__(handler)
+        self.streams = 0
+        self.unary_fetches = 0
+
+    async def Fetch(self, request: raft_pb2.RaftFetchRequest,
+                    context: Any) -> raft_pb2.RaftFetchResponse:
+        self.unary_fetches += 1
+        return await super().Fetch(request, context)
+
+    async def FetchStream(self, request_iterator: Any,
+                          context: Any) -> Any:
+        self.streams += 1
+        async for answer in super().FetchStream(request_iterator, context):
+            yield answer
+
+
+class _ServerWithoutFetchStream(_CountingServicer):
+    """A peer from before FetchStream: the generated servicer's UNIMPLEMENTED answer."""
+
+    def FetchStream(self, request_iterator: Any, context: Any) -> Any:
+        return raft_pb2_grpc.RaftServiceServicer.FetchStream(self, request_iterator, context)
+
+
+class _Outcomes:
+    def __init__(self) -> None:
+        self.items: asyncio.Queue[tuple[str, msg.RaftRequest, msg.RaftResponse | None]] = \
+            asyncio.Queue()
+
+    def deliver_response(self, destination: int, request: msg.RaftRequest,
+                         response: msg.RaftResponse) -> None:
+        self.items.put_nowait(("response", request, response))
+
+    def deliver_send_failure(self, destination: int, request: msg.RaftRequest) -> None:
+        self.items.put_nowait(("failure", request, None))
+
+
+def _fetch(offset: int) -> msg.FetchRequest:
+    return msg.FetchRequest(cluster_id=CLUSTER, replica_id=2, current_leader_epoch=1,
+                            fetch_offset=offset, last_fetched_epoch=1, max_wait_ms=0,
+                            max_bytes=1024)
+
+
+def test_fetches_share_one_stream_a_timed_out_one_is_not_reused_and_old_peers_get_unary_fetch(
+) -> None:
+    async def scenario() -> None:
+        servicers = {1: _CountingServicer(_EchoHandler()),
+                     3: _ServerWithoutFetchStream(_EchoHandler())}
+        servers = {i: transport.create_server(s) for i, s in servicers.items()}
+        ports = {i: server.add_insecure_port("127.0.0.1:0") for i, server in servers.items()}
+        for server in servers.values():
+            await server.start()
+        outcomes = _Outcomes()
+        peers = transport.RaftPeers({i: f"127.0.0.1:{port}" for i, port in ports.items()},
+                                    outcomes, request_timeout_ms=300, retry_backoff_ms=20)
+
+        async def exchange(destination: int, offset: int) -> tuple[str, int]:
+            peers.send(destination, _fetch(offset))
+            kind, request, response = await asyncio.wait_for(outcomes.items.get(), 5)
+            assert isinstance(request, msg.FetchRequest) and request.fetch_offset == offset
+            return kind, -1 if not isinstance(response, msg.FetchResponse) \
+                else response.high_watermark
+
+        try:
+            for offset in range(5):
+                assert await exchange(1, offset) == ("response", offset)
+            assert (servicers[1].streams, servicers[1].unary_fetches) == (1, 0)
+            # No answer within request.timeout.ms: a failure, and that stream is dropped, so
+            # its late answer can never be taken for the answer to the next fetch.
+            assert await exchange(1, 99) == ("failure", -1)
+            assert await exchange(1, 5) == ("response", 5)
+            assert (servicers[1].streams, servicers[1].unary_fetches) == (2, 0)
+            # A peer without FetchStream answers UNIMPLEMENTED: the same fetch goes out as a
+            # unary Fetch, and so do the next ones.
+            assert await exchange(3, 7) == ("response", 7)
+            assert await exchange(3, 8) == ("response", 8)
+            assert servicers[3].unary_fetches == 2
+        finally:
+            await peers.close()
+            for server in servers.values():
+                await server.stop(None)
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=30))

@@ -634,3 +634,57 @@ def test_storage_log_behaves_like_the_memory_log(tmp_path: pathlib.Path,
                 read_all(memory, memory.start_offset)]
     finally:
         disk.abandon()
+
+
+def test_reads_of_the_recently_appended_tail_match_the_memory_log(tmp_path: pathlib.Path) -> None:
+    """StorageRaftLog serves the batches it just appended from memory: at every offset and
+    size, after leader and follower appends, a truncation, a snapshot and a reopen, a read is
+    what MemoryRaftLog reads, or (from the files, which a read does not cross) a prefix of it
+    of at least one whole batch."""
+    leader = open_log(tmp_path / "leader", segment_bytes=400)
+    follower = open_log(tmp_path / "follower", segment_bytes=400)
+    leader.name, follower.name = "leader", "follower"
+    memory = MemoryRaftLog("memory")
+
+    def check() -> None:
+        assert (leader.end_offset, follower.end_offset) == (memory.end_offset,) * 2
+        for start in range(memory.start_offset, memory.end_offset + 1):
+            for max_bytes in (1, 90, 200, 1 << 20):
+                expected = memory.read(start, max_bytes)
+                for log in (leader, follower):
+                    got = log.read(start, max_bytes)
+                    assert expected.startswith(got) and bool(got) == bool(expected), (
+                        log.name, start, max_bytes)
+                    if got:
+                        assert rb.decode_batches(got)[-1].last_offset >= start
+                if start >= memory.end_offset - 3:  # the tail: served from memory, exactly
+                    assert leader.read(start, max_bytes) == expected
+
+    try:
+        for n in range(12):
+            data = batch(*[bytes([n]) * 20] * (1 + n % 3))
+            leader.append_as_leader(data, 1 + n // 6)
+            memory.append_as_leader(data, 1 + n // 6)
+            if n % 4 == 3:  # followers append what they fetched: several batches at once
+                follower.append_as_follower(leader.read(follower.end_offset, 1 << 20))
+        while follower.end_offset < leader.end_offset:
+            follower.append_as_follower(leader.read(follower.end_offset, 1 << 20))
+        check()
+        for log in (leader, follower, memory):
+            log.truncate_to(10)
+            log.append_as_leader(batch(b"after truncation"), 3)
+        check()
+        end = memory.end_offset
+        for log in (leader, follower, memory):
+            log.update_high_watermark(end)
+            snapshot_id = OffsetAndEpoch(offset=6, epoch=log.epoch_of(5))
+            log.write_snapshot(snapshot_id, snapshot_bytes(snapshot_id, b"state"))
+            assert log.delete_before_snapshot(snapshot_id)
+        check()
+        leader.close()
+        leader = open_log(tmp_path / "leader", segment_bytes=400)
+        leader.update_high_watermark(end)
+        check()
+    finally:
+        leader.abandon()
+        follower.abandon()

@@ -74,6 +74,8 @@ from kraftlog.storage import record_batch as rb
 logger = logging.getLogger(__name__)
 
 METADATA_TOPIC_PARTITION = topic_partition.TopicPartition(topic="__cluster_metadata", partition=0)
+TAIL_CACHE_BYTES = 1 << 20
+"""Recently appended bytes kept in memory for reads (halved when exceeded)."""
 
 
 class StorageRaftLog:
@@ -99,6 +101,12 @@ class StorageRaftLog:
         # The last snapshot read, kept so that FetchSnapshot's chunked reads of one
         # snapshot do not re-read the file per chunk (snapshot files are immutable).
         self._cached_snapshot: tuple[OffsetAndEpoch, bytes] | None = None
+        # The most recently appended batches, (base offset, last offset, bytes as on disk),
+        # contiguous and ending at the log end, at most TAIL_CACHE_BYTES. Raft reads the tail
+        # it just appended at once (the Fetch answers that replicate it, the commit
+        # delivery); served from here that costs no pread and no index walk.
+        self._tail: list[tuple[int, int, memoryview]] = []
+        self._tail_bytes = 0
 
     # -- open / close -----------------------------------------------------------------------
 
@@ -165,11 +173,13 @@ class StorageRaftLog:
 
     def close(self) -> None:
         """Flush everything, record the recovery point (= log end) and close the files."""
+        self._clear_tail()
         self._log.close()
         self._write_recovery_checkpoint()
 
     def abandon(self) -> None:
         """Close the files without flushing or checkpointing (a failed disk; a crash in tests)."""
+        self._clear_tail()
         self._log.close_handlers()
 
     def _write_recovery_checkpoint(self) -> None:
@@ -219,7 +229,11 @@ class StorageRaftLog:
             raise CorruptRecordError(
                 f"{self.name}: batch at offset {self.end_offset} has epoch {epoch} below the "
                 f"previous epoch {last_epoch}")
-        info = self._log.append_as_leader(batches, leader_epoch=epoch, now_ms=self._now_ms())
+        # A writable copy: the log stamps offsets and epoch into it in place, so it then holds
+        # exactly the bytes on disk, for the tail cache.
+        stamped = bytearray(batches)
+        info = self._log.append_as_leader(stamped, leader_epoch=epoch, now_ms=self._now_ms())
+        self._cache_tail(bytes(stamped))
         return LogAppendInfo(first_offset=info.first_offset, last_offset=info.last_offset)
 
     def append_as_follower(self, batches: bytes) -> LogAppendInfo:
@@ -250,7 +264,50 @@ class StorageRaftLog:
             info = self._log.append_as_follower(batches, now_ms=self._now_ms())
         except OffsetOutOfRangeError as exc:  # pragma: no cover - excluded by the checks above
             raise CorruptRecordError(f"{self.name}: {exc}") from exc
+        self._cache_tail(bytes(batches))
         return LogAppendInfo(first_offset=info.first_offset, last_offset=info.last_offset)
+
+    def _cache_tail(self, data: bytes) -> None:
+        """Remember ``data`` (whole batches, just appended at the old log end) for reads."""
+        view = memoryview(data)
+        tail = self._tail
+        for header in rb.iter_batches(view):
+            if tail and tail[-1][1] + 1 != header.base_offset:
+                self._clear_tail()  # not contiguous (cannot happen after an append; be safe)
+            size = header.size_in_bytes
+            tail.append((header.base_offset, header.last_offset,
+                         view[header.position:header.position + size]))
+            self._tail_bytes += size
+        if self._tail_bytes > TAIL_CACHE_BYTES:
+            drop = 0
+            while self._tail_bytes > TAIL_CACHE_BYTES // 2 and drop < len(tail):
+                self._tail_bytes -= len(tail[drop][2])
+                drop += 1
+            del tail[:drop]
+        if tail and tail[-1][1] + 1 != self.end_offset:
+            self._clear_tail()
+
+    def _clear_tail(self) -> None:
+        self._tail = []
+        self._tail_bytes = 0
+
+    def _read_tail(self, start_offset: int, max_bytes: int) -> bytes | None:
+        """``read`` from the tail cache, or None if it does not hold ``start_offset``."""
+        tail = self._tail
+        if not tail or start_offset < tail[0][0] or start_offset >= self.end_offset:
+            return None
+        i = len(tail) - 1
+        while tail[i][0] > start_offset:  # reads are near the end: walk back from it
+            i -= 1
+        pieces: list[memoryview] = []
+        size = 0
+        for j in range(i, len(tail)):
+            data = tail[j][2]
+            if pieces and size + len(data) > max_bytes:
+                break
+            pieces.append(data)
+            size += len(data)
+        return pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
 
     def _now_ms(self) -> int:
         return self._clock_ms()
@@ -262,6 +319,9 @@ class StorageRaftLog:
             raise OffsetOutOfRangeError(
                 f"{self.name}: read at {start_offset} outside [{self.start_offset}, "
                 f"{self.end_offset}]")
+        cached = self._read_tail(start_offset, max_bytes)
+        if cached is not None:
+            return cached
         return self._log.read(start_offset, max_bytes).records
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
@@ -314,6 +374,7 @@ class StorageRaftLog:
                     f"{self.name}: truncation drops the batch at {base}, below the high "
                     f"watermark {self._high_watermark}")
             offset = base
+        self._clear_tail()
         self._log.truncate_to(offset)
         self._fsync_truncation()
         if self.end_offset == self.start_offset:
@@ -413,6 +474,7 @@ class StorageRaftLog:
         if snapshot_id.offset < self.end_offset and self._batch_base_at(snapshot_id.offset) \
                 != snapshot_id.offset:
             raise InvariantViolation(f"{self.name}: snapshot {snapshot_id} ends inside a batch")
+        self._clear_tail()
         self._log.maybe_increment_log_start_offset(snapshot_id.offset)
         if self.end_offset == self.start_offset:
             self._epoch_cache.clear()
@@ -428,6 +490,7 @@ class StorageRaftLog:
             raise InvariantViolation(
                 f"{self.name}: resetting to snapshot {snapshot_id} would move below the "
                 f"high watermark {self._high_watermark}")
+        self._clear_tail()
         self._log.truncate_fully_and_start_at(snapshot_id.offset)
         self._epoch_cache.clear()
         atomic_file.fsync_dir(self._directory)  # the segment deletions and the new segment

@@ -18,6 +18,15 @@ reconnect with that backoff as their floor and a low ceiling, so a restarted
 peer is reached again within about a second rather than gRPC's default two
 minutes.
 
+Fetch goes over ``FetchStream``, a long-lived bidirectional stream per peer: each
+request is a whole Fetch and its answer is exactly what unary Fetch answers
+(KIP-595 semantics unchanged), one exchange at a time per stream. A voter fetches
+after every append, and a new unary call costs both ends far more than a message
+on an open stream (call set-up, metadata, a server task per call); on the
+sequential-commit path that was the largest cost after the fsyncs. A stream whose
+exchange fails or times out is cancelled, never reused; a peer without
+FetchStream (UNIMPLEMENTED) gets unary Fetch.
+
 Tracing: the server and the channels take grpc.aio interceptors (the driver passes
 :mod:`kraftlog.telemetry.grpc_tracing`'s when tracing is on), and ``send`` runs each call
 in the contextvars context its caller hands over, so the span current there (a vote
@@ -33,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import grpc
@@ -49,6 +58,9 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest gRPC message sent or received, in bytes (gRPC's default is 4 MiB)."""
 DEFAULT_MAX_RECONNECT_BACKOFF_MS = 1000
+MAX_IDLE_FETCH_STREAMS = 1
+"""FetchStream calls kept open per peer between fetches. One is in use at a time; a second
+opens only while a fetch sent before a role change is still parked at that peer."""
 
 
 class DriverStoppedError(errors.KraftlogError):
@@ -136,6 +148,14 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
                     context: Any) -> raft_pb2.RaftFetchResponse:
         return cast(raft_pb2.RaftFetchResponse, await self._serve(request, context))
 
+    async def FetchStream(self, request_iterator: Any,
+                          context: Any) -> AsyncIterator[raft_pb2.RaftFetchResponse]:
+        # One answer per request, in order: exactly what Fetch answers (a parked fetch
+        # answers when the purgatory completes it). The fetcher sends its next request only
+        # after reading the answer, so requests never queue behind a parked one.
+        async for request in request_iterator:
+            yield cast(raft_pb2.RaftFetchResponse, await self._serve(request, context))
+
     async def FetchSnapshot(self, request: raft_pb2.FetchSnapshotRequest,
                             context: Any) -> raft_pb2.FetchSnapshotResponse:
         return cast(raft_pb2.FetchSnapshotResponse, await self._serve(request, context))
@@ -208,6 +228,10 @@ class RaftPeers:
                                         max_reconnect_backoff_ms=max_reconnect_backoff_ms)
         self._channels: dict[int, Any] = {}
         self._stubs: dict[int, raft_pb2_grpc.RaftServiceStub] = {}
+        # Idle FetchStream calls per destination (at most MAX_IDLE_FETCH_STREAMS each); a
+        # call in use is in no list, so two fetches never share one.
+        self._idle_streams: dict[int, list[Any]] = {}
+        self._unary_fetch: set[int] = set()  # peers that answered FetchStream UNIMPLEMENTED
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -244,8 +268,13 @@ class RaftPeers:
             self._sink.deliver_send_failure(destination, request)
             return
         try:
-            answer = await _method(stub, request)(convert.request_to_proto(request),
-                                                  timeout=self._timeout_s)
+            answer = None
+            if isinstance(request, m.FetchRequest) and destination not in self._unary_fetch:
+                answer = await self._fetch_on_stream(destination, stub,
+                                                     convert.request_to_proto(request))
+            if answer is None:
+                answer = await _method(stub, request)(convert.request_to_proto(request),
+                                                      timeout=self._timeout_s)
         except grpc.aio.AioRpcError as exc:
             logger.debug("event=send_failed to=%s rpc=%s code=%s", destination,
                          type(request).__name__, exc.code())
@@ -266,6 +295,45 @@ class RaftPeers:
             return
         self._sink.deliver_response(destination, request, response)
 
+    async def _fetch_on_stream(self, destination: int, stub: raft_pb2_grpc.RaftServiceStub,
+                               request: convert.ProtoRequest) -> convert.ProtoResponse | None:
+        """One Fetch exchange on an idle FetchStream call to ``destination`` (opened if none).
+
+        The call goes back to the idle list only after a whole exchange; on any failure
+        (the deadline included, whose cancel ends the call) it is cancelled, so a late
+        answer can never be read as the answer to a later request. None when the peer has
+        no FetchStream (UNIMPLEMENTED): this destination uses unary Fetch from then on.
+        """
+        idle = self._idle_streams.get(destination)
+        call = idle.pop() if idle else stub.FetchStream()
+        reusable = False
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await call.write(request)
+                answer = await call.read()
+            if answer is grpc.aio.EOF:
+                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                           grpc.aio.Metadata(),
+                                           details="FetchStream ended by the server")
+            reusable = True
+            return cast(convert.ProtoResponse, answer)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            logger.info("event=fetch_stream_unsupported to=%s fallback=Fetch", destination)
+            self._unary_fetch.add(destination)
+            return None
+        except TimeoutError:
+            raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(),
+                                       grpc.aio.Metadata(),
+                                       details="no FetchStream answer in time") from None
+        finally:
+            idle = self._idle_streams.setdefault(destination, [])
+            if reusable and not self._closed and len(idle) < MAX_IDLE_FETCH_STREAMS:
+                idle.append(call)
+            else:
+                call.cancel()
+
     async def close(self) -> None:
         """Cancel calls in flight and close every channel."""
         self._closed = True
@@ -274,6 +342,10 @@ class RaftPeers:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+        for calls in self._idle_streams.values():
+            for call in calls:
+                call.cancel()
+        self._idle_streams.clear()
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()

@@ -77,6 +77,13 @@ class RaftServiceStub:
     """KIP-853: remove a voter (answered by the leader)."""
     UpdateRaftVoter: _grpc.UnaryUnaryMultiCallable[_raft_pb2.UpdateRaftVoterRequest, _raft_pb2.UpdateRaftVoterResponse]
     """KIP-853: a voter updates its endpoints and supported kraft.version."""
+    FetchStream: _grpc.StreamStreamMultiCallable[_raft_pb2.RaftFetchRequest, _raft_pb2.RaftFetchResponse]
+    """Fetch over one long-lived stream: each request is a whole Fetch (fetch
+    offset, last fetched epoch, ...) and gets exactly one response, what Fetch
+    would answer, in order; the next request is sent only after that response.
+    Saves a new call per fetch (a voter fetches after every append). A server
+    without it answers UNIMPLEMENTED and the fetcher falls back to Fetch.
+    """
 
 @_typing.type_check_only
 class RaftServiceAsyncStub(RaftServiceStub):
@@ -105,6 +112,13 @@ class RaftServiceAsyncStub(RaftServiceStub):
     """KIP-853: remove a voter (answered by the leader)."""
     UpdateRaftVoter: _aio.UnaryUnaryMultiCallable[_raft_pb2.UpdateRaftVoterRequest, _raft_pb2.UpdateRaftVoterResponse]  # type: ignore[assignment]
     """KIP-853: a voter updates its endpoints and supported kraft.version."""
+    FetchStream: _aio.StreamStreamMultiCallable[_raft_pb2.RaftFetchRequest, _raft_pb2.RaftFetchResponse]  # type: ignore[assignment]
+    """Fetch over one long-lived stream: each request is a whole Fetch (fetch
+    offset, last fetched epoch, ...) and gets exactly one response, what Fetch
+    would answer, in order; the next request is sent only after that response.
+    Saves a new call per fetch (a voter fetches after every append). A server
+    without it answers UNIMPLEMENTED and the fetcher falls back to Fetch.
+    """
 
 class RaftServiceServicer(metaclass=_abc_1.ABCMeta):
     """Consensus among controller-quorum voters and replication of the metadata
@@ -184,5 +198,18 @@ class RaftServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_raft_pb2.UpdateRaftVoterResponse, _abc.Awaitable[_raft_pb2.UpdateRaftVoterResponse]]:
         """KIP-853: a voter updates its endpoints and supported kraft.version."""
+
+    @_abc_1.abstractmethod
+    def FetchStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_raft_pb2.RaftFetchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_raft_pb2.RaftFetchResponse], _abc.AsyncIterator[_raft_pb2.RaftFetchResponse]]:
+        """Fetch over one long-lived stream: each request is a whole Fetch (fetch
+        offset, last fetched epoch, ...) and gets exactly one response, what Fetch
+        would answer, in order; the next request is sent only after that response.
+        Saves a new call per fetch (a voter fetches after every append). A server
+        without it answers UNIMPLEMENTED and the fetcher falls back to Fetch.
+        """
 
 def add_RaftServiceServicer_to_server(servicer: RaftServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
