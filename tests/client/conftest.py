@@ -36,12 +36,16 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.log_start: dict[tuple[str, int], int] = {}
         self.produce_errors: dict[tuple[str, int], list[ErrorCode]] = {}
         self.produce_requests: list[broker_pb2.ProduceRequest] = []
+        self.produce_metadata: list[dict[str, str]] = []
         self.metadata_requests = 0
         self.port = 0
         self.next_producer_id = 4000
         self.init_producer_id_errors: list[ErrorCode] = []
+        self.init_producer_id_unimplemented = False
 
     def InitProducerId(self, request: Any, context: Any) -> Any:
+        if self.init_producer_id_unimplemented:  # a broker from before idempotent produce
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         with self.lock:
             if self.init_producer_id_errors:
                 code = self.init_producer_id_errors.pop(0)
@@ -78,6 +82,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
     def Produce(self, request: Any, context: Any) -> Any:
         with self.lock:
             self.produce_requests.append(request)
+            self.produce_metadata.append(dict(context.invocation_metadata()))
             answer = broker_pb2.ProduceResponse()
             for topic in request.topic_data:
                 parts = []

@@ -299,3 +299,10 @@ def test_idempotence_is_off_without_acks_all(fake_broker: Any) -> None:
         producer.send("t", b"x", partition=0).result(timeout=5)
     assert _headers_of(fake_broker, ("t", 0)) == [(-1, -1, -1, 1)]
     assert fake_broker.next_producer_id == 4000  # never asked
+
+
+def test_a_broker_without_init_producer_id_gets_plain_batches(fake_broker: Any) -> None:
+    fake_broker.init_producer_id_unimplemented = True
+    with producer_for(fake_broker) as producer:
+        assert producer.send("t", b"x", partition=0).result(timeout=5).offset == 0
+    assert _headers_of(fake_broker, ("t", 0)) == [(-1, -1, -1, 1)]

@@ -39,6 +39,7 @@ from kraftlog.client import errors as client_errors
 from kraftlog.client import producer as producer_mod
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition, validate_topic_name
+from kraftlog.telemetry import tracing
 
 CLI_MAX_BLOCK_MS = 5000
 CLI_REQUEST_TIMEOUT_MS = 10000
@@ -67,7 +68,7 @@ def register(subparsers: Any) -> None:
                          metavar="none|gzip|lz4|zstd", help="batch compression (default none)")
     produce.add_argument("--producer-property", action="append", default=[],
                          metavar="KEY=VALUE", help="a producer setting (Kafka name); repeatable")
-    produce.set_defaults(func=run_produce)
+    produce.set_defaults(func=_traced(run_produce))
 
     consume = subparsers.add_parser(
         "consume", help="print records of a topic (kafka-console-consumer)",
@@ -90,10 +91,24 @@ def register(subparsers: Any) -> None:
                          help="text (default) or one JSON object per line")
     consume.add_argument("--consumer-property", action="append", default=[],
                          metavar="KEY=VALUE", help="a consumer setting (Kafka name); repeatable")
-    consume.set_defaults(func=run_consume)
+    consume.set_defaults(func=_traced(run_consume))
 
 
 # -- argument checks ---------------------------------------------------------------------------
+
+def _traced(run: Any) -> Any:
+    """Run a tool with OpenTelemetry set up from the ``OTEL_*`` variables (off unless they
+    configure an exporter): its Produce / Fetch calls get CLIENT spans that the brokers'
+    spans continue."""
+    def traced(args: argparse.Namespace) -> int:
+        tracer = tracing.setup_tracing(role="client", node_id=None)
+        try:
+            code: int = run(args)
+            return code
+        finally:
+            tracer.shutdown()
+    return traced
+
 
 def _int_arg(name: str, value: str | None, *, minimum: int) -> int | None:
     if value is None:

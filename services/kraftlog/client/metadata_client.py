@@ -30,6 +30,7 @@ from kraftlog.client import errors as client_errors
 from kraftlog.error_codes import ErrorCode
 from kraftlog.raft import transport
 from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.telemetry import grpc_tracing
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 NO_LEADER = -1
@@ -97,8 +98,10 @@ class BrokerChannels:
                 raise client_errors.ClientClosedError("the client is closed")
             entry = self._stubs.get(address)
             if entry is None:
-                channel = grpc.insecure_channel(address, options=transport.channel_options(
-                    retry_backoff_ms=self._retry_backoff_ms))
+                channel = grpc.intercept_channel(
+                    grpc.insecure_channel(address, options=transport.channel_options(
+                        retry_backoff_ms=self._retry_backoff_ms)),
+                    grpc_tracing.SyncDataPathClientInterceptor())
                 entry = (channel, broker_pb2_grpc.BrokerServiceStub(channel))
                 self._stubs[address] = entry
             return entry[1]

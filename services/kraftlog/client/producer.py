@@ -213,6 +213,7 @@ class Producer:
         self._producer_id = rb.NO_PRODUCER_ID
         self._producer_epoch = rb.NO_PRODUCER_EPOCH
         self._next_sequence: dict[TopicPartition, int] = {}
+        self._idempotent = config.idempotent
         self._sender.start()
 
     # -- public API ---------------------------------------------------------------------------
@@ -372,7 +373,7 @@ class Producer:
         self._release(expired)
         if not ready:
             return True
-        if self.config.idempotent and self._producer_id < 0 and not self._init_producer_id():
+        if self._idempotent and self._producer_id < 0 and not self._init_producer_id():
             with self._lock:
                 self._lock.wait(self.config.retry_backoff_ms / 1000)
             return True
@@ -399,7 +400,7 @@ class Producer:
                     # Idempotent: one batch per partition and request, as Kafka sends.
                     batches = self._accumulator.drain(
                         tp, self.config.max_request_size,
-                        max_batches=1 if self.config.idempotent else None)
+                        max_batches=1 if self._idempotent else None)
                     if batches:
                         self._in_flight[tp] = batches
                         drained.setdefault(address, {})[tp] = batches
@@ -409,7 +410,7 @@ class Producer:
 
     def _encode(self, batch: acc.ProducerBatch[RecordFuture]) -> bytes:
         if batch.encoded is None:
-            if not self.config.idempotent:
+            if not self._idempotent:
                 batch.encoded = rb.build_batch(
                     batch.records, compression=self.config.compression_type, now_ms=_wall_ms())
                 return batch.encoded
@@ -433,6 +434,13 @@ class Producer:
                     broker_pb2.InitProducerIdRequest(producer_id=-1, producer_epoch=-1),
                     timeout=self.config.request_timeout_ms / 1000)
             except grpc.RpcError as exc:
+                if md.rpc_error_text(exc) == "UNIMPLEMENTED":
+                    # A broker from before idempotent produce: send as Kafka's producer
+                    # does to brokers without InitProducerId, without sequence numbers.
+                    logger.warning("%s does not serve InitProducerId; producing without "
+                                   "idempotence", address)
+                    self._idempotent = False
+                    return True
                 problems.append(f"{address}: {md.rpc_error_text(exc)}")
                 continue
             except client_errors.ClientClosedError:
@@ -533,7 +541,7 @@ class Producer:
                     self.metadata.request_update()
                     if part.HasField("current_leader"):
                         self.metadata.apply_leader_hint(tp, part.current_leader)
-                if self.config.idempotent and code in (ErrorCode.UNKNOWN_PRODUCER_ID,
+                if self._idempotent and code in (ErrorCode.UNKNOWN_PRODUCER_ID,
                                                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
                     # Nothing was written: renumber under a new producer id and resend.
                     self._reset_producer_id(tp)

@@ -206,6 +206,70 @@ class DataPathInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             response_serializer=handler.response_serializer)
 
 
+class _SyncCallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+    def __init__(self, method: str, timeout: float | None, metadata: Any, credentials: Any,
+                 wait_for_ready: bool | None, compression: Any) -> None:
+        self.method = method
+        self.timeout = timeout
+        self.metadata = metadata
+        self.credentials = credentials
+        self.wait_for_ready = wait_for_ready
+        self.compression = compression
+
+
+class SyncDataPathClientInterceptor(grpc.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """The client library's side of the data path (blocking gRPC, calls as futures).
+
+    A ``Produce`` / ``Fetch`` call opens a CLIENT span named after the RPC, as a child of
+    the caller's current span or else a root that the process's sampler decides on
+    (kraftlog's :class:`~kraftlog.telemetry.tracing.DataPathSampler` keeps a ratio), and
+    when it records, injects its context so the broker's SERVER span continues the trace.
+    The span ends when the call's future completes. Without a configured tracer provider
+    (the OpenTelemetry default) the check costs one ``isinstance`` per call; other RPCs
+    pass through untouched.
+    """
+
+    def __init__(self, tracer: trace.Tracer | None = None) -> None:
+        self._tracer = tracer
+
+    def _current_tracer(self) -> trace.Tracer | None:
+        if self._tracer is not None:
+            return self._tracer
+        if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            return None  # nobody configured tracing in this process
+        return trace.get_tracer(__name__)
+
+    def intercept_unary_unary(self, continuation: Callable[[Any, Any], Any],
+                              client_call_details: Any, request: Any) -> Any:
+        method = client_call_details.method
+        method = method.decode() if isinstance(method, bytes) else str(method)
+        tracer = self._current_tracer() if method in DATA_PATH_METHODS else None
+        if tracer is None:
+            return continuation(client_call_details, request)
+        span = tracer.start_span(_span_name(method), kind=SpanKind.CLIENT,
+                                 attributes=_rpc_attributes(method))
+        details = client_call_details
+        if span.is_recording():
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, context=trace.set_span_in_context(span))
+            metadata = list(client_call_details.metadata or ()) + list(carrier.items())
+            details = _SyncCallDetails(method, client_call_details.timeout, metadata,
+                                       client_call_details.credentials,
+                                       client_call_details.wait_for_ready,
+                                       getattr(client_call_details, "compression", None))
+        call = continuation(details, request)
+
+        def finish(done: Any) -> None:
+            code = done.code() if hasattr(done, "code") else None
+            if code is not None:
+                span.set_attribute("rpc.grpc.status_code", code.value[0])
+                if code is not grpc.StatusCode.OK:
+                    span.set_status(Status(StatusCode.ERROR, code.name))
+            span.end()
+        call.add_done_callback(finish)
+        return call
+
+
 def data_path_interceptors(tracer: trace.Tracer | None, observe: RequestObserver | None
                            ) -> list[Any]:
     """The broker's server interceptors: none when neither tracing nor metrics is on."""
