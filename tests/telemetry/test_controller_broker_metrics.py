@@ -184,3 +184,26 @@ def test_a_failing_sample_keeps_the_last_values_and_does_not_raise() -> None:
     brk.sample([broken], [], now_ms=0)
     assert brk.sample_failures == 1
     assert parse(registry)[("kraftlog_broker_partition_count", ())] == 1
+
+
+def test_an_image_with_the_same_topics_and_brokers_is_not_recounted(monkeypatch: Any) -> None:
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from kraftlog.telemetry import controller_metrics as cm
+    calls = []
+    stats = cm.ImageStats(fenced_brokers=0, active_brokers=1, topics=1, partitions=1,
+                          offline_partitions=0, preferred_replica_imbalance=0)
+    monkeypatch.setattr(cm, "image_stats", lambda image: calls.append(image) or stats)
+    metrics = cm.ControllerMetrics(CollectorRegistry())
+    topics, cluster = object(), object()
+
+    def image(offset: int, t: object = topics) -> Any:
+        return SimpleNamespace(provenance=SimpleNamespace(last_offset=offset), topics=t,
+                               cluster=cluster)
+    metrics.set_image(image(1))
+    metrics.set_image(image(2))  # a NoOp later: same parts
+    assert len(calls) == 1
+    metrics.set_image(image(3, object()))  # topics changed
+    assert len(calls) == 2

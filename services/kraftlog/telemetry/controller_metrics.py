@@ -106,6 +106,7 @@ class ControllerMetrics:
         self.last_applied_record_offset.set(-1)
         self.last_committed_record_offset.set(-1)
         self._image_offset: int | None = None
+        self._counted_parts: tuple[object, object] | None = None
         self.sample_failures = 0
 
     def observe_event(self, kind: str, queue_ns: int, process_ns: int) -> None:
@@ -127,6 +128,14 @@ class ControllerMetrics:
         if offset == self._image_offset:
             return
         self._image_offset = offset
+        # Images share unchanged parts: NoOp records (every metadata.max.idle.interval.ms)
+        # and most writes leave topics and brokers as they were, and a recount walks every
+        # partition.
+        parts = (image.topics, image.cluster)
+        if self._counted_parts is not None and all(
+                a is b for a, b in zip(parts, self._counted_parts, strict=True)):
+            return
+        self._counted_parts = parts
         try:
             stats = image_stats(image)
         except Exception:
