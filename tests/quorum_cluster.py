@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kraftlog.raft import transport
-from kraftlog.v1 import broker_pb2_grpc, raft_pb2
+from kraftlog.v1 import broker_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
 
 T = TypeVar("T")
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
@@ -111,6 +111,28 @@ class Cluster:
         answers = [self.describe(node) for node in self.procs]
         leaders = [a for a in answers if a is not None and a.error.code == 0]
         return leaders[0] if len(leaders) == 1 else None
+
+    def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 3,
+                     min_insync_replicas: int | None = None) -> bool | None:
+        """CreateTopics through whichever live controller is active; True once created (or
+        already there), None while no controller answers (for :func:`wait_for`)."""
+        topic = controller_pb2.CreateTopicsRequest.CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=replication_factor)
+        if min_insync_replicas is not None:
+            topic.configs.add(name="min.insync.replicas", value=str(min_insync_replicas))
+        request = controller_pb2.CreateTopicsRequest(topics=[topic], timeout_ms=5000)
+        for node in self.procs:
+            try:
+                with grpc.insecure_channel(f"127.0.0.1:{self.ports[node]}") as channel:
+                    answer = controller_pb2_grpc.ControllerServiceStub(channel).CreateTopics(
+                        request, timeout=5)
+            except grpc.RpcError:
+                continue
+            if answer.error.code == common_pb2.NONE:
+                code = answer.topics[0].error.code
+                assert code in (common_pb2.NONE, common_pb2.TOPIC_ALREADY_EXISTS), answer
+                return True
+        return None
 
     def logs(self) -> str:
         return "\n".join(f"--- node {i}\n" + (self.root / f"node-{i}.log").read_text()[-3000:]

@@ -22,27 +22,7 @@ import grpc
 from quorum_cluster import BROKERS, SESSION, TOPIC, Brokers, Cluster, wait_for
 
 from kraftlog.storage import record_batch as rb
-from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
-
-
-def create_topic(cluster: Cluster) -> bool | None:
-    request = controller_pb2.CreateTopicsRequest(topics=[
-        controller_pb2.CreateTopicsRequest.CreatableTopic(
-            name=TOPIC, num_partitions=1, replication_factor=3,
-            configs=[controller_pb2.CreateTopicsRequest.CreatableTopicConfig(
-                name="min.insync.replicas", value="2")])], timeout_ms=5000)
-    for node in cluster.procs:
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{cluster.ports[node]}") as channel:
-                answer = controller_pb2_grpc.ControllerServiceStub(channel).CreateTopics(
-                    request, timeout=5)
-        except grpc.RpcError:
-            continue
-        if answer.error.code == common_pb2.NONE:
-            code = answer.topics[0].error.code
-            assert code in (common_pb2.NONE, common_pb2.TOPIC_ALREADY_EXISTS), answer
-            return True
-    return None
+from kraftlog.v1 import broker_pb2, common_pb2
 
 
 def partition_state(brokers: Brokers, broker: int) -> tuple[int, int, tuple[int, ...]] | None:
@@ -113,7 +93,7 @@ def test_brokers_replicate_and_survive_a_leader_kill(tmp_path: pathlib.Path) -> 
 
         try:
             wait_for(all_serving, timeout_s=15, what="brokers registered and unfenced")
-            wait_for(lambda: create_topic(cluster), timeout_s=5, what="topic created")
+            wait_for(lambda: cluster.create_topic(TOPIC, min_insync_replicas=2), timeout_s=5, what="topic created")
 
             def full_isr_everywhere() -> tuple[int, int, tuple[int, ...]] | None:
                 states = {partition_state(brokers, b) for b in BROKERS}

@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 
-import grpc
 import pytest
 import quorum_cluster
 from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
@@ -32,30 +31,9 @@ from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
 from kraftlog import cli as kraftlog_cli
 from kraftlog import client
 from kraftlog.client import partitioner
-from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 TOPIC = "orders"
 PARTITIONS = 3
-
-
-def create_topic(cluster: Cluster, name: str) -> bool | None:
-    request = controller_pb2.CreateTopicsRequest(topics=[
-        controller_pb2.CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=PARTITIONS, replication_factor=3,
-            configs=[controller_pb2.CreateTopicsRequest.CreatableTopicConfig(
-                name="min.insync.replicas", value="2")])], timeout_ms=5000)
-    for node in cluster.procs:
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{cluster.ports[node]}") as channel:
-                answer = controller_pb2_grpc.ControllerServiceStub(channel).CreateTopics(
-                    request, timeout=5)
-        except grpc.RpcError:
-            continue
-        if answer.error.code == common_pb2.NONE:
-            code = answer.topics[0].error.code
-            assert code in (common_pb2.NONE, common_pb2.TOPIC_ALREADY_EXISTS), answer
-            return True
-    return None
 
 
 def cli(*args: str, stdin: str = "", timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
@@ -104,7 +82,7 @@ def test_produce_consume_through_library_and_cli_and_a_leader_kill(
         try:
             wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None,
                      timeout_s=20, what="brokers registered and unfenced")
-            wait_for(lambda: create_topic(cluster, TOPIC), timeout_s=10, what="topic created")
+            wait_for(lambda: cluster.create_topic(TOPIC, partitions=PARTITIONS, min_insync_replicas=2), timeout_s=10, what="topic created")
             config = client.ProducerConfig(bootstrap_servers=tuple(bootstrap.split(",")),
                                            acks=client.Acks.ALL, linger_ms=5,
                                            request_timeout_ms=5000, delivery_timeout_ms=30000)

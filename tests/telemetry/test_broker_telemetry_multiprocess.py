@@ -18,14 +18,13 @@ import pathlib
 import time
 import urllib.request
 
-import grpc
 import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
 from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, free_ports, wait_for
 
 from kraftlog.storage import record_batch as rb
-from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
+from kraftlog.v1 import broker_pb2, common_pb2
 
 TOPIC = "traced"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -39,24 +38,6 @@ def scrape(port: int) -> Samples | None:
         return None
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def create_topic(cluster: Cluster) -> bool | None:
-    request = controller_pb2.CreateTopicsRequest(topics=[
-        controller_pb2.CreateTopicsRequest.CreatableTopic(
-            name=TOPIC, num_partitions=1, replication_factor=3)], timeout_ms=5000)
-    for node in cluster.procs:
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{cluster.ports[node]}") as channel:
-                answer = controller_pb2_grpc.ControllerServiceStub(channel).CreateTopics(
-                    request, timeout=5)
-        except grpc.RpcError:
-            continue
-        if answer.error.code == common_pb2.NONE:
-            assert answer.topics[0].error.code in (common_pb2.NONE,
-                                                   common_pb2.TOPIC_ALREADY_EXISTS), answer
-            return True
-    return None
 
 
 def produce(brokers: Brokers, broker: int, count: int) -> int:
@@ -99,7 +80,7 @@ def test_broker_kill_links_election_to_become_leader_and_metrics_fit(
                 brokers.start(broker)
             wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None,
                      timeout_s=25, what="brokers registered and unfenced\n" + logs())
-            wait_for(lambda: create_topic(cluster), timeout_s=10, what="topic created")
+            wait_for(lambda: cluster.create_topic(TOPIC), timeout_s=10, what="topic created")
 
             def leader_span(spans: list[ReceivedSpan]) -> ReceivedSpan | None:
                 return next((s for s in spans if s.name == "broker.become_leader"
