@@ -303,11 +303,25 @@ def run_execute(args: argparse.Namespace) -> int:
     return 0
 
 
+SETTLE_ATTEMPTS = 6
+SETTLE_INTERVAL_S = 0.5
+
+
 async def _verify_once(admin: ac.AdminClient, plan: rp.Plan) -> list[MoveStatus]:
-    current = await current_assignment(admin, plan.topics)
-    progress = await admin.list_partition_reassignments(
-        {t: [m.partition for m in plan.partitions if m.topic == t] for t in plan.topics})
-    return move_statuses(plan, current, progress)
+    """The plan's status. The replica sets come from broker metadata, which trails the
+    controller's view of reassignments by a moment: a move the controller just finished
+    can still show its old replicas. A partition that looks failed is therefore read
+    again (a few times, half a second apart) before it is reported as failed."""
+    partitions = {t: [m.partition for m in plan.partitions if m.topic == t]
+                  for t in plan.topics}
+    for attempt in range(SETTLE_ATTEMPTS):
+        progress = await admin.list_partition_reassignments(partitions)
+        current = await current_assignment(admin, plan.topics)
+        statuses = move_statuses(plan, current, progress)
+        if not any(s.state == "failed" for s in statuses) or attempt == SETTLE_ATTEMPTS - 1:
+            return statuses
+        await asyncio.sleep(SETTLE_INTERVAL_S)
+    raise AssertionError("unreachable")
 
 
 def run_verify(args: argparse.Namespace) -> int:
