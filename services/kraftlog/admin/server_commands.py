@@ -68,12 +68,7 @@ ADMIN_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="retry.backoff.ms", type=_I, default=_DEFAULTS.retry_backoff_ms,
                       validator=kconfig.at_least(1),
                       doc="ms between rounds of attempts that found no active controller"),
-    kconfig.ConfigKey(name="kraftlog.log.level", type=_S, default="INFO",
-                      validator=kconfig.one_of(*log_setup.LEVELS),
-                      doc="log level (--log-level wins)"),
-    kconfig.ConfigKey(name="kraftlog.log.format", type=_S, default="text",
-                      validator=kconfig.one_of(*log_setup.FORMATS),
-                      doc="log format: text or json (--log-format wins)"),
+    *log_setup.CONFIG_KEYS,
 ])
 
 

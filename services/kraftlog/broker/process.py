@@ -113,7 +113,7 @@ BROKER_CONFIG = kconfig.ConfigDef([
                       doc="this broker's id; must not be a controller voter id",
                       validator=kconfig.at_least(0)),
     kconfig.ConfigKey(name="process.roles", type=_L, default=None, required=True,
-                      doc="must contain 'broker' (combined mode is not supported yet)",
+                      doc="must contain 'broker' ('broker,controller': combined mode, kraftlog server)",
                       validator=kconfig.one_of("controller", "broker")),
     kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
                       doc="the controller voter set, id@host:port,..."),
@@ -184,17 +184,8 @@ BROKER_CONFIG = kconfig.ConfigDef([
                           "-1 = no limit"),
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
-    kconfig.ConfigKey(name="kraftlog.log.level", type=_S, default="INFO",
-                      validator=kconfig.one_of(*log_setup.LEVELS),
-                      doc="log level (--log-level wins)"),
-    kconfig.ConfigKey(name="kraftlog.log.format", type=_S, default="text",
-                      validator=kconfig.one_of(*log_setup.FORMATS),
-                      doc="log format: text or json (--log-format wins)"),
-    kconfig.ConfigKey(name="kraftlog.metrics.port", type=_I, default=0,
-                      validator=kconfig.at_least(0),
-                      doc="port of the Prometheus /metrics endpoint; 0 = no endpoint"),
-    kconfig.ConfigKey(name="kraftlog.metrics.host", type=_S, default="0.0.0.0",
-                      doc="address the metrics endpoint binds"),
+    *metrics.CONFIG_KEYS,
+    *log_setup.CONFIG_KEYS,
 ])
 
 # The raft observer's timeouts share the controllers' keys (controller.quorum.*).

@@ -75,7 +75,7 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
                       doc="this controller's id; must be in controller.quorum.voters",
                       validator=kconfig.at_least(0)),
     kconfig.ConfigKey(name="process.roles", type=_L, default=None, required=True,
-                      doc="must contain 'controller' (combined mode is not supported yet)",
+                      doc="must contain 'controller' ('broker,controller': combined mode, kraftlog server)",
                       validator=kconfig.one_of("controller", "broker")),
     kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
                       doc="the static voter set, id@host:port,..."),
@@ -111,17 +111,8 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
                       default=_DEFAULTS.fetch_max_wait_ms, validator=kconfig.at_least(0),
                       doc="ms the leader parks a Fetch with nothing new (kraftlog extension; "
                           "keep below the request timeout)"),
-    kconfig.ConfigKey(name="kraftlog.metrics.port", type=_I, default=0,
-                      validator=kconfig.at_least(0),
-                      doc="port of the Prometheus /metrics endpoint; 0 = no endpoint"),
-    kconfig.ConfigKey(name="kraftlog.metrics.host", type=_S, default="0.0.0.0",
-                      doc="address the metrics endpoint binds"),
-    kconfig.ConfigKey(name="kraftlog.log.level", type=_S, default="INFO",
-                      validator=kconfig.one_of(*log_setup.LEVELS),
-                      doc="log level (--log-level wins)"),
-    kconfig.ConfigKey(name="kraftlog.log.format", type=_S, default="text",
-                      validator=kconfig.one_of(*log_setup.FORMATS),
-                      doc="log format: text, or json (one object per line; --log-format wins)"),
+    *metrics.CONFIG_KEYS,
+    *log_setup.CONFIG_KEYS,
 ])
 
 

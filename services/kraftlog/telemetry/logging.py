@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from opentelemetry import trace
 
+from kraftlog import config as kconfig
 from kraftlog import errors
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -104,3 +105,13 @@ def configure(*, level: str = "INFO", log_format: str = "text",
     root.addHandler(handler)
     root.setLevel(getattr(logging, level))
     return handler
+
+
+CONFIG_KEYS = (
+    kconfig.ConfigKey(name="kraftlog.log.level", type=kconfig.ConfigType.STRING, default="INFO",
+                      validator=kconfig.one_of(*LEVELS), doc="log level (--log-level wins)"),
+    kconfig.ConfigKey(name="kraftlog.log.format", type=kconfig.ConfigType.STRING,
+                      default="text", validator=kconfig.one_of(*FORMATS),
+                      doc="log format: text, or json (one object per line; --log-format wins)"),
+)
+"""The logging keys every kraftlog process reads from its properties file."""

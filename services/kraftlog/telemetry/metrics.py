@@ -39,6 +39,7 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
+from kraftlog import config as kconfig
 from kraftlog.raft import consensus
 from kraftlog.raft import snapshot as snap
 from kraftlog.raft.epoch_state import Role
@@ -180,3 +181,13 @@ class MeteredListener:
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         self.inner.handle_leader_change(leader_id, epoch)
+
+
+CONFIG_KEYS = (
+    kconfig.ConfigKey(name="kraftlog.metrics.port", type=kconfig.ConfigType.INT, default=0,
+                      validator=kconfig.at_least(0),
+                      doc="port of the Prometheus /metrics endpoint; 0 = no endpoint"),
+    kconfig.ConfigKey(name="kraftlog.metrics.host", type=kconfig.ConfigType.STRING,
+                      default="0.0.0.0", doc="address the metrics endpoint binds"),
+)
+"""The metrics-endpoint keys of the processes that serve one (controller, broker)."""
