@@ -140,7 +140,9 @@ class Cluster:
 
 
 def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
-             cluster: Cluster | None = None) -> T:
+             cluster: Cluster | None = None, details: Callable[[], str] | None = None) -> T:
+    """Poll ``probe`` until it answers; on timeout fail with ``what`` and the logs of the
+    moment (``cluster.logs()`` or ``details()``, read then, not when the wait began)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = probe()
@@ -148,7 +150,8 @@ def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}\n"
-                                 + (cluster.logs() if cluster else ""))
+                                 + (cluster.logs() if cluster else "")
+                                 + (details() if details else ""))
         time.sleep(0.05)
 
 

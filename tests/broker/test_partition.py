@@ -218,6 +218,7 @@ def test_one_isr_change_at_a_time_and_handed_out_once(tmp_path: pathlib.Path) ->
     follower_fetch(p, 3, 0)
     request = p.pending_alter_partition
     assert request is not None and request.new_isr == (1, 2, 3)
+    assert request.based_on_isr == (1, 2), "the committed ISR it expands (for the metrics)"
     assert p.take_alter_partition_request() == request
     assert p.take_alter_partition_request() is None, "in flight"
     assert p.maybe_shrink_isr(T0 + 10 * LAG_MS) is False, "a change is pending"

@@ -79,7 +79,7 @@ def test_broker_kill_links_election_to_become_leader_and_metrics_fit(
             for broker in BROKERS:
                 brokers.start(broker)
             wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None,
-                     timeout_s=25, what="brokers registered and unfenced\n" + logs())
+                     timeout_s=25, what="brokers registered and unfenced", details=logs)
             wait_for(lambda: cluster.create_topic(TOPIC), timeout_s=10, what="topic created")
 
             def leader_span(spans: list[ReceivedSpan]) -> ReceivedSpan | None:
@@ -226,7 +226,7 @@ def test_broker_kill_links_election_to_become_leader_and_metrics_fit(
                     "kraftlog_broker_isr_expands_total", ())] >= 1 and got[(
                     "kraftlog_broker_under_replicated_partitions", ())] == 0 else None
 
-            wait_for(rejoined, timeout_s=20, what="the old leader back in the ISR\n" + logs())
+            wait_for(rejoined, timeout_s=20, what="the old leader back in the ISR", details=logs)
         finally:
             brokers.kill_all()
             cluster.kill_all()

@@ -156,6 +156,8 @@ class AlterPartitionRequest:
     partition_epoch: int
     """The partition epoch the proposal is based on (the controller fences stale ones)."""
     leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+    based_on_isr: tuple[int, ...] = ()
+    """The committed ISR the proposal changes (not sent): whether it expands or shrinks."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -772,7 +774,7 @@ class Partition:
         return AlterPartitionRequest(
             topic_id=self.topic_id, topic=self.topic, partition_index=self.index, leader_id=self.local_broker_id,
             leader_epoch=self._leader_epoch, new_isr=tuple(sorted(new_isr)), partition_epoch=self._partition_epoch,
-            leader_recovery_state=recovery)
+            leader_recovery_state=recovery, based_on_isr=tuple(sorted(self._state.isr)))
 
     @property
     def pending_alter_partition(self) -> AlterPartitionRequest | None:

@@ -738,14 +738,13 @@ async def _alter_partitions(client: controller_client.ControllerClient,
         result = None if code is not ErrorCode.NONE else partition_mod.LeaderAndIsr(
             leader_id=part.leader_id, leader_epoch=part.leader_epoch, isr=tuple(part.isr),
             partition_epoch=part.partition_epoch)
-        hosted = manager.get_partition(TopicPartition(topic=request.topic,
-                                                      partition=request.partition_index))
-        old_isr_size = len(hosted.isr) if hosted is not None else -1
         outcome = manager.handle_alter_partition_response(request, error=code, result=result,
                                                           now_ms=now_ms)
-        if on_isr_change is not None and outcome.applied and result is not None \
-                and old_isr_size >= 0:
-            on_isr_change(old_size=old_isr_size, new_size=len(result.isr))
+        # Our proposal was committed: count it whether this answer applied it or the
+        # metadata log brought the new ISR first (then the answer is ignored as stale).
+        if on_isr_change is not None and result is not None \
+                and tuple(sorted(result.isr)) == request.new_isr:
+            on_isr_change(old_size=len(request.based_on_isr), new_size=len(result.isr))
         logger.info("broker=%d partition=%s-%d event=alter_partition_answer error=%s isr=%s "
                     "applied=%s retry=%s", lifecycle.broker_id, request.topic,
                     request.partition_index, code.name, list(part.isr), outcome.applied,
