@@ -468,6 +468,15 @@ def test_metrics_port_is_the_port_the_process_serves(role: str) -> None:
     # tests/test_chart_pods.py scrapes the port of every controller and broker pod.
 
 
+def test_admin_metrics_port_is_the_port_the_admin_serves() -> None:
+    docs = render(**{"metrics.enabled": "true", "metrics.port": "9500"})
+    assert properties(docs, "admin")["kraftlog.metrics.port"] == "9500"
+    pod = find(docs, "Deployment", f"{RELEASE}-admin")["spec"]["template"]["spec"]
+    ports = {p["name"]: p["containerPort"] for p in container(pod, "admin")["ports"]}
+    assert ports["metrics"] == 9500
+    assert "kraftlog.metrics.port" not in properties(render(), "admin")
+
+
 def test_admin_deployment_reads_its_properties_from_the_configmap() -> None:
     docs = render()
     pod = find(docs, "Deployment", f"{RELEASE}-admin")["spec"]["template"]["spec"]

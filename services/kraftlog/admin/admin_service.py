@@ -148,8 +148,10 @@ class ClusterLocator:
     One per process; channels are cached per address and live as long as it does.
     """
 
-    def __init__(self, settings: AdminSettings) -> None:
+    def __init__(self, settings: AdminSettings, *, interceptors: Sequence[Any] = ()) -> None:
         self.settings = settings
+        self._interceptors = tuple(interceptors)
+        """Client interceptors of every channel (tracing: the caller's trace goes on)."""
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._active_controller: str | None = None
         self._raft_leader: str | None = None
@@ -159,7 +161,8 @@ class ClusterLocator:
         channel = self._channels.get(target)
         if channel is None:
             channel = grpc.aio.insecure_channel(target, options=transport.channel_options(
-                retry_backoff_ms=self.settings.retry_backoff_ms, max_reconnect_backoff_ms=500))
+                retry_backoff_ms=self.settings.retry_backoff_ms, max_reconnect_backoff_ms=500),
+                interceptors=self._interceptors or None)
             self._channels[target] = channel
         return channel
 

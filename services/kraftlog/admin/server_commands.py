@@ -11,7 +11,13 @@ are Kafka-style properties (a file, ``--override key=value``, or the shortcut fl
 - ``request.timeout.ms``: bound of one attempt against one node;
 - ``default.api.timeout.ms``: a call's deadline when the caller sets none;
 - ``retry.backoff.ms``: pause between rounds that found no active controller;
-- ``kraftlog.log.level`` / ``kraftlog.log.format``.
+- ``kraftlog.log.level`` / ``kraftlog.log.format``;
+- ``kraftlog.metrics.port`` / ``kraftlog.metrics.host``: the Prometheus ``/metrics``
+  endpoint (0 = none) with :class:`~kraftlog.telemetry.admin_metrics.AdminMetrics`.
+
+Tracing follows the ``OTEL_*`` variables as in the other roles: a SERVER span per
+AdminService call, and the calls it makes to controllers and brokers carry its
+context, so one trace shows an operator's request and the controller's work for it.
 
 The gRPC server also serves health (``""``, ``liveness`` and ``kraftlog.v1.AdminService``,
 SERVING while the process serves) and server reflection. Edge module: process I/O.
@@ -36,7 +42,9 @@ from kraftlog import errors
 from kraftlog.admin import admin_service, quorum_commands
 from kraftlog.raft import transport
 from kraftlog.raft.raft_config import parse_voters
+from kraftlog.telemetry import admin_metrics, grpc_tracing, metrics, tracing
 from kraftlog.telemetry import logging as log_setup
+from kraftlog.v1 import admin_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +76,14 @@ ADMIN_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="retry.backoff.ms", type=_I, default=_DEFAULTS.retry_backoff_ms,
                       validator=kconfig.at_least(1),
                       doc="ms between rounds of attempts that found no active controller"),
+    *metrics.CONFIG_KEYS,
     *log_setup.CONFIG_KEYS,
 ])
+
+ADMIN_METHODS = frozenset(
+    f"/{ADMIN_SERVICE_NAME}/{method.name}"
+    for method in admin_pb2.DESCRIPTOR.services_by_name["AdminService"].methods)
+"""The RPCs the admin's server interceptor times (and traces when tracing is on)."""
 
 
 def admin_settings(cfg: kconfig.Config) -> admin_service.AdminSettings:
@@ -105,10 +119,36 @@ def listen_address(cfg: kconfig.Config) -> str:
     return f"{host or '0.0.0.0'}:{port}"
 
 
-async def serve(settings: admin_service.AdminSettings, listen: str) -> int:
-    locator = admin_service.ClusterLocator(settings)
+async def serve(settings: admin_service.AdminSettings, listen: str, *,
+                metrics_port: int = 0, metrics_host: str = "0.0.0.0") -> int:
+    tracer = tracing.setup_tracing(role="admin", node_id=None)
+    registry = metrics.MetricsRegistry()
+    try:
+        return await _serve(settings, listen, tracer=tracer, registry=registry,
+                            metrics_port=metrics_port, metrics_host=metrics_host)
+    finally:
+        registry.close()
+        tracer.shutdown()  # flushes the spans still buffered
+
+
+async def _serve(settings: admin_service.AdminSettings, listen: str, *,
+                 tracer: tracing.Tracing, registry: metrics.MetricsRegistry,
+                 metrics_port: int, metrics_host: str) -> int:
+    locator = admin_service.ClusterLocator(
+        settings, interceptors=grpc_tracing.client_interceptors(tracer.tracer)
+        if tracer.enabled else ())
+    sink = admin_metrics.AdminMetrics(
+        registry.registry, active_controller_known=lambda: locator.active_controller is not None)
+    if metrics_port:
+        try:
+            registry.serve(metrics_port, metrics_host)
+        except OSError as exc:
+            raise errors.ConfigError(f"cannot serve metrics on {metrics_host}:{metrics_port}: "
+                                     f"{exc}") from None
     servicer = admin_service.AdminServicer(locator)
-    server: Any = grpc.aio.server(options=transport.server_options())
+    server: Any = grpc.aio.server(options=transport.server_options(), interceptors=[
+        grpc_tracing.DataPathInterceptor(tracer.tracer if tracer.enabled else None,
+                                         sink.observe_request, methods=ADMIN_METHODS)])
     admin_service.add_to_server(servicer, server)
     health = grpc_health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -152,7 +192,9 @@ def run_admin(args: argparse.Namespace) -> int:
     for key in cfg.unused():
         logger.warning("event=unused_config key=%s", key)
     settings = admin_settings(cfg)
-    return asyncio.run(serve(settings, listen_address(cfg)))
+    return asyncio.run(serve(settings, listen_address(cfg),
+                             metrics_port=cfg.get_int("kraftlog.metrics.port"),
+                             metrics_host=cfg.get_str("kraftlog.metrics.host")))
 
 
 def register(subparsers: Any) -> None:
