@@ -20,7 +20,15 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kraftlog.raft import transport
-from kraftlog.v1 import broker_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
+from kraftlog.storage import record_batch as rb
+from kraftlog.v1 import (
+    broker_pb2,
+    broker_pb2_grpc,
+    common_pb2,
+    controller_pb2,
+    controller_pb2_grpc,
+    raft_pb2,
+)
 
 T = TypeVar("T")
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
@@ -113,11 +121,16 @@ class Cluster:
         return leaders[0] if len(leaders) == 1 else None
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 3,
-                     min_insync_replicas: int | None = None) -> bool | None:
+                     min_insync_replicas: int | None = None,
+                     assignments: list[list[int]] | None = None) -> bool | None:
         """CreateTopics through whichever live controller is active; True once created (or
-        already there), None while no controller answers (for :func:`wait_for`)."""
+        already there), None while no controller answers (for :func:`wait_for`).
+        ``assignments``: the replicas of each partition (the first is the leader)."""
         topic = controller_pb2.CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=partitions, replication_factor=replication_factor)
+            name=name, num_partitions=-1 if assignments else partitions,
+            replication_factor=-1 if assignments else replication_factor)
+        for index, replicas in enumerate(assignments or ()):
+            topic.assignments.add(partition_index=index, broker_ids=replicas)
         if min_insync_replicas is not None:
             topic.configs.add(name="min.insync.replicas", value=str(min_insync_replicas))
         request = controller_pb2.CreateTopicsRequest(topics=[topic], timeout_ms=5000)
@@ -223,3 +236,59 @@ class Brokers:
     def logs(self) -> str:
         return "\n".join(f"--- broker {b}\n" + (self.root / f"broker-{b}.log").read_text()[-4000:]
                          for b in BROKERS if (self.root / f"broker-{b}.log").exists())
+
+
+# -- the data path, as a test drives it ---------------------------------------------------------
+
+def partition_state(brokers: Brokers, broker: int, topic: str = TOPIC
+                    ) -> tuple[int, int, tuple[int, ...]] | None:
+    """(leader, leader epoch, ISR) of ``<topic>-0`` in ``broker``'s metadata image."""
+    try:
+        answer = brokers.stub(broker).Metadata(broker_pb2.MetadataRequest(topics=[topic]),
+                                               timeout=2)
+    except grpc.RpcError:
+        return None
+    found = answer.topics[0]
+    if found.error.code != common_pb2.NONE or not found.partitions:
+        return None
+    p = found.partitions[0]
+    return p.leader_id, p.leader_epoch, tuple(sorted(p.isr_nodes))
+
+
+def produce(brokers: Brokers, broker: int, values: list[bytes], topic: str = TOPIC
+            ) -> broker_pb2.ProduceResponse:
+    """One acks=all batch of ``values`` to ``<topic>-0`` on ``broker``."""
+    batch = rb.build_batch([rb.RecordInput(value=v, timestamp_ms=None) for v in values],
+                           now_ms=int(time.time() * 1000))
+    return brokers.stub(broker).Produce(broker_pb2.ProduceRequest(
+        acks=-1, timeout_ms=5000, topic_data=[broker_pb2.ProduceRequest.TopicProduceData(
+            name=topic, partition_data=[broker_pb2.ProduceRequest.PartitionProduceData(
+                index=0, records=batch)])]), timeout=10)
+
+
+def consume(brokers: Brokers, broker: int, topic: str = TOPIC) -> list[bytes] | None:
+    """Every committed record value of ``<topic>-0`` read from ``broker``, None on an error."""
+    values: list[bytes] = []
+    offset = 0
+    while True:
+        try:
+            answer = brokers.stub(broker).Fetch(broker_pb2.FetchRequest(
+                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                topics=[broker_pb2.FetchRequest.FetchTopic(topic=topic, partitions=[
+                    broker_pb2.FetchRequest.FetchPartition(
+                        partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                        last_fetched_epoch=-1, log_start_offset=-1,
+                        partition_max_bytes=1 << 20)])]), timeout=5)
+        except grpc.RpcError:
+            return None
+        data = answer.responses[0].partitions[0]
+        if data.error.code != common_pb2.NONE:
+            return None
+        if not data.records:
+            return values
+        for decoded in rb.decode_batches(data.records):
+            for record in decoded.records:
+                if record.offset >= offset:
+                    values.append(record.value or b"")
+                    offset = record.offset + 1
+

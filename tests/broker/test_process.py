@@ -18,61 +18,19 @@ import pathlib
 import signal
 import time
 
-import grpc
-from quorum_cluster import BROKERS, SESSION, TOPIC, Brokers, Cluster, wait_for
+from quorum_cluster import (
+    BROKERS,
+    SESSION,
+    TOPIC,
+    Brokers,
+    Cluster,
+    consume,
+    partition_state,
+    produce,
+    wait_for,
+)
 
-from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, common_pb2
-
-
-def partition_state(brokers: Brokers, broker: int) -> tuple[int, int, tuple[int, ...]] | None:
-    """(leader, leader epoch, ISR) of ``events-0`` in ``broker``'s metadata image."""
-    try:
-        answer = brokers.stub(broker).Metadata(broker_pb2.MetadataRequest(topics=[TOPIC]),
-                                               timeout=2)
-    except grpc.RpcError:
-        return None
-    topic = answer.topics[0]
-    if topic.error.code != common_pb2.NONE or not topic.partitions:
-        return None
-    p = topic.partitions[0]
-    return p.leader_id, p.leader_epoch, tuple(sorted(p.isr_nodes))
-
-
-def produce(brokers: Brokers, broker: int, values: list[bytes]) -> broker_pb2.ProduceResponse:
-    batch = rb.build_batch([rb.RecordInput(value=v, timestamp_ms=None) for v in values],
-                           now_ms=int(time.time() * 1000))
-    return brokers.stub(broker).Produce(broker_pb2.ProduceRequest(
-        acks=-1, timeout_ms=5000, topic_data=[broker_pb2.ProduceRequest.TopicProduceData(
-            name=TOPIC, partition_data=[broker_pb2.ProduceRequest.PartitionProduceData(
-                index=0, records=batch)])]), timeout=10)
-
-
-def consume(brokers: Brokers, broker: int) -> list[bytes] | None:
-    """Every committed record value of ``events-0`` read from ``broker``, None on an error."""
-    values: list[bytes] = []
-    offset = 0
-    while True:
-        try:
-            answer = brokers.stub(broker).Fetch(broker_pb2.FetchRequest(
-                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                topics=[broker_pb2.FetchRequest.FetchTopic(topic=TOPIC, partitions=[
-                    broker_pb2.FetchRequest.FetchPartition(
-                        partition=0, current_leader_epoch=-1, fetch_offset=offset,
-                        last_fetched_epoch=-1, log_start_offset=-1,
-                        partition_max_bytes=1 << 20)])]), timeout=5)
-        except grpc.RpcError:
-            return None
-        data = answer.responses[0].partitions[0]
-        if data.error.code != common_pb2.NONE:
-            return None
-        if not data.records:
-            return values
-        for decoded in rb.decode_batches(data.records):
-            for record in decoded.records:
-                if record.offset >= offset:
-                    values.append(record.value or b"")
-                    offset = record.offset + 1
 
 
 def test_brokers_replicate_and_survive_a_leader_kill(tmp_path: pathlib.Path) -> None:

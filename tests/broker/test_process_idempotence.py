@@ -15,23 +15,11 @@ import signal
 import time
 
 import grpc
-from quorum_cluster import BROKERS, SESSION, TOPIC, Brokers, Cluster, wait_for
+from quorum_cluster import BROKERS, SESSION, TOPIC, Brokers, Cluster, partition_state, wait_for
 
 from kraftlog.broker import producer_snapshot
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, common_pb2
-
-
-def partition_state(brokers: Brokers, broker: int) -> tuple[int, int, tuple[int, ...]] | None:
-    try:
-        answer = brokers.stub(broker).Metadata(broker_pb2.MetadataRequest(topics=[TOPIC]), timeout=2)
-    except grpc.RpcError:
-        return None
-    topic = answer.topics[0]
-    if topic.error.code != common_pb2.NONE or not topic.partitions:
-        return None
-    p = topic.partitions[0]
-    return p.leader_id, p.leader_epoch, tuple(sorted(p.isr_nodes))
 
 
 def init_producer_id(brokers: Brokers, broker: int, **fields: object) -> broker_pb2.InitProducerIdResponse:

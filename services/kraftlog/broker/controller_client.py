@@ -110,8 +110,12 @@ class BrokerLifecycle:
                  log_dir_ids: Sequence[Uuid], heartbeat_interval_ms: int,
                  metadata_offset: Callable[[], int],
                  on_change: Callable[[], None] | None = None,
-                 previous_broker_epoch: int = -1) -> None:
+                 previous_broker_epoch: int = -1,
+                 offline_log_dirs: Callable[[], Sequence[Uuid]] | None = None) -> None:
         self.client = client
+        # Directory ids of failed log dirs: reported on every heartbeat, which then asks to be
+        # fenced (want_fence), so the controller moves leaderships and ISRs off this broker.
+        self._offline_log_dirs = offline_log_dirs or (lambda: ())
         # KIP-966: the epoch this broker cleanly shut down with (-1: unclean or first start).
         self.previous_broker_epoch = previous_broker_epoch
         self.broker_id = broker_id
@@ -198,10 +202,12 @@ class BrokerLifecycle:
     async def _run(self) -> None:
         await self._register()
         while True:
+            offline = list(self._offline_log_dirs())
             request = controller_pb2.BrokerHeartbeatRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,
-                current_metadata_offset=self._metadata_offset(), want_fence=False,
-                want_shut_down=self.want_shut_down)
+                current_metadata_offset=self._metadata_offset(), want_fence=bool(offline),
+                want_shut_down=self.want_shut_down,
+                offline_log_dirs=[server.uuid_to_proto(d) for d in offline])
             try:
                 answer = await self.client.call(
                     "BrokerHeartbeat", request,
@@ -233,7 +239,7 @@ class BrokerLifecycle:
             self._wakeup.clear()
             # Before caught up, heartbeat faster so unfencing does not wait a whole interval.
             interval_ms = (self.heartbeat_interval_ms
-                           if self.ready and not self.want_shut_down else min(
+                           if (self.ready or offline) and not self.want_shut_down else min(
                                self.heartbeat_interval_ms, 100))
             try:
                 async with asyncio.timeout(interval_ms / 1000):

@@ -75,10 +75,13 @@ class ReplicaFetcher:
 
     def __init__(self, *, broker_id: int, source_id: int, endpoint: Callable[[int], str | None],
                  broker_epoch: Callable[[], int], data: server.DataPlane,
-                 config: FetcherConfig, quota: rq.ReplicationQuota | None = None) -> None:
+                 config: FetcherConfig, quota: rq.ReplicationQuota | None = None,
+                 on_storage_error: Callable[[TopicPartition, OSError], None] | None = None,
+                 ) -> None:
         self.broker_id = broker_id
         self.quota = quota or rq.ReplicationQuota(rq.QuotaType.FOLLOWER)
         self.source_id = source_id
+        self._on_storage_error = on_storage_error or self._drop_on_storage_error
         self._endpoint = endpoint
         self._broker_epoch = broker_epoch
         self._data = data
@@ -93,6 +96,11 @@ class ReplicaFetcher:
 
     def _where(self) -> str:
         return f"broker={self.broker_id} fetcher_source={self.source_id}"
+
+    def _drop_on_storage_error(self, tp: TopicPartition, error: OSError) -> None:
+        logger.error("%s partition=%s event=follower_storage_error error=%r", self._where(), tp,
+                     str(error))
+        self.remove(tp)
 
     def add(self, state: follower_mod.FollowerFetchState) -> None:
         self.states[state.partition.topic_partition] = state
@@ -270,10 +278,16 @@ class ReplicaFetcher:
                 diverging = (partition_mod.EpochEndOffset(epoch=data.diverging_epoch.epoch,
                                                           end_offset=data.diverging_epoch.end_offset)
                              if data.HasField("diverging_epoch") else None)
-                outcome = state.handle_fetch_response(request, follower_mod.FollowerFetchResponse(
-                    error=ErrorCode(data.error.code), high_watermark=data.high_watermark,
-                    log_start_offset=data.log_start_offset, records=data.records,
-                    diverging_epoch=diverging), now_ms=self._data.now_ms())
+                try:
+                    outcome = state.handle_fetch_response(request, follower_mod.FollowerFetchResponse(
+                        error=ErrorCode(data.error.code), high_watermark=data.high_watermark,
+                        log_start_offset=data.log_start_offset, records=data.records,
+                        diverging_epoch=diverging), now_ms=self._data.now_ms())
+                except OSError as exc:
+                    # The local log failed (append or truncation): its directory goes offline
+                    # and no fetcher fetches a replica in it any more.
+                    self._on_storage_error(tp, exc)
+                    continue
                 if (outcome.action is follower_mod.FollowerAction.APPENDED and data.records
                         and self.quota.is_throttled(tp)):
                     self.quota.record(len(data.records), self._data.now_ms())
@@ -326,6 +340,12 @@ class ReplicaFetcherManager:
                 del self.fetchers[source_id]
                 self._stopping.append(asyncio.get_running_loop().create_task(fetcher.stop()))
 
+    def _storage_error(self, tp: TopicPartition, error: OSError) -> None:
+        """A follower's log failed: its directory goes offline, its replicas stop fetching."""
+        offline = self.manager.handle_storage_error(tp, error) or [tp]
+        for gone in offline:
+            self._remove(gone)
+
     def apply(self, result: rc.ReconcileResult) -> None:
         for tp in result.stop_fetching:
             self._remove(tp)
@@ -340,7 +360,8 @@ class ReplicaFetcherManager:
                 fetcher = self.fetchers[target.leader_id] = ReplicaFetcher(
                     broker_id=self.broker_id, source_id=target.leader_id,
                     endpoint=self._endpoint, broker_epoch=self._broker_epoch, data=self._data,
-                    config=self.config, quota=self.quota)
+                    config=self.config, quota=self.quota,
+                    on_storage_error=self._storage_error)
                 fetcher.start()
             fetcher.add(follower_mod.FollowerFetchState(
                 partition, leader_id=target.leader_id, leader_epoch=target.leader_epoch,

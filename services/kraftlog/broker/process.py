@@ -57,7 +57,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
@@ -248,24 +248,48 @@ class LocalLogs:
                                                     leader_epoch.LeaderEpochFileCache]] = {}
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._dir_of: dict[TopicPartition, pathlib.Path] = {}
+        self.startup_failures: dict[str, str] = {}
+        """Log dirs whose logs could not be loaded (I/O error) -> the error: offline."""
+        self.offline: Callable[[], Mapping[str, str]] = lambda: self.startup_failures
+        """The log dirs offline now (the replica manager's, once it runs)."""
+        self.on_dir_failure: Callable[[str, str], object] = \
+            lambda log_dir, reason: self.startup_failures.setdefault(log_dir, reason)
+        """Called with (log dir, error) when an I/O error here takes a log dir offline."""
+
+    def _online_dirs(self) -> list[pathlib.Path]:
+        offline = self.offline()
+        return [d for d in self.log_dirs if dir_key(d) not in offline]
 
     def recover_all(self) -> None:
-        """Open (and recover) every partition log found, before the broker serves anything."""
+        """Open (and recover) every partition log found, before the broker serves anything.
+
+        A log dir that fails with an I/O error is left offline (its replicas report
+        KAFKA_STORAGE_ERROR once assigned), as Kafka's LogManager does at startup."""
         started = time.monotonic()
         for log_dir in self.log_dirs:
-            self._high_watermarks.update(
-                checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).read())
-            for child in sorted(log_dir.iterdir()):
-                if not child.is_dir() or child.name.startswith("__cluster_metadata"):
-                    continue
-                try:
-                    tp = parse_dir_name(child.name)
-                except ValueError:
-                    continue
-                logger.info("broker=%d partition=%s event=log_recovery state=RECOVERY dir=%s",
-                            self.broker_id, tp, child)
-                self._recovered[tp] = self._open_log(child)
-                self._dir_of[tp] = log_dir
+            found: dict[TopicPartition, tuple[storage_log.Log, leader_epoch.LeaderEpochFileCache]] = {}
+            try:
+                hws = checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).read()
+                for child in sorted(log_dir.iterdir()):
+                    if not child.is_dir() or child.name.startswith("__cluster_metadata"):
+                        continue
+                    try:
+                        tp = parse_dir_name(child.name)
+                    except ValueError:
+                        continue
+                    logger.info("broker=%d partition=%s event=log_recovery state=RECOVERY dir=%s",
+                                self.broker_id, tp, child)
+                    found[tp] = self._open_log(child)
+            except OSError as exc:
+                for log, _cache in found.values():
+                    log.close_handlers()
+                logger.error("broker=%d event=log_dir_offline dir=%s at=startup error=%r",
+                             self.broker_id, log_dir, str(exc))
+                self.startup_failures[dir_key(log_dir)] = f"loading {log_dir}: {exc}"
+                continue
+            self._high_watermarks.update(hws)
+            self._recovered.update(found)
+            self._dir_of.update(dict.fromkeys(found, log_dir))
         logger.info("broker=%d event=logs_recovered count=%d elapsed_ms=%d", self.broker_id,
                     len(self._recovered), (time.monotonic() - started) * 1000)
 
@@ -290,12 +314,20 @@ class LocalLogs:
         tp = TopicPartition(topic=info.topic_name, partition=info.partition_id)
         opened = self._recovered.pop(tp, None)
         if opened is None:
-            # A new replica goes to the directory holding the fewest (Kafka's default policy).
-            counts = {d: 0 for d in self.log_dirs}
+            # A new replica goes to the online directory holding the fewest (Kafka's default).
+            online = self._online_dirs()
+            if not online:
+                raise OSError(f"no online log dir for {tp}: every one of "
+                              f"{[str(d) for d in self.log_dirs]} is offline")
+            counts = {d: 0 for d in online}
             for d in self._dir_of.values():
                 counts[d] = counts.get(d, 0) + 1
-            log_dir = min(self.log_dirs, key=lambda d: counts[d])
-            opened = self._open_log(log_dir / tp.dir_name)
+            log_dir = min(online, key=lambda d: counts[d])
+            try:
+                opened = self._open_log(log_dir / tp.dir_name)
+            except OSError as exc:
+                self.on_dir_failure(dir_key(log_dir), f"creating the log of {tp}: {exc}")
+                raise
             self._dir_of[tp] = log_dir
         log, cache = opened
         return partition_mod.Partition(
@@ -319,17 +351,32 @@ class LocalLogs:
         self._dir_of.pop(tp, None)
 
     def write_checkpoints(self, high_watermarks: dict[TopicPartition, int]) -> None:
-        for log_dir in self.log_dirs:
+        for log_dir in self._online_dirs():
             mine = {tp: hw for tp, hw in high_watermarks.items() if self._dir_of.get(tp) == log_dir}
-            checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).write(mine)
+            try:
+                checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).write(mine)
+            except OSError as exc:
+                self.on_dir_failure(dir_key(log_dir), f"writing {REPLICATION_CHECKPOINT}: {exc}")
 
     def close(self, partitions: list[partition_mod.Partition]) -> None:
+        offline = self.offline()
         for partition in partitions:
+            if rm.log_dir_of(partition) in offline:
+                continue  # its files were closed when the dir failed; nothing to flush
             # Flush, snapshot the producer state (so the restart need not replay the log), close.
-            partition.close()
+            try:
+                partition.close()
+            except OSError as exc:
+                logger.error("broker=%d partition=%s event=close_failed error=%r",
+                             self.broker_id, partition.topic_partition, str(exc))
         for log, _cache in self._recovered.values():
             log.close()
         self._recovered.clear()
+
+
+def dir_key(log_dir: pathlib.Path | str) -> str:
+    """A log dir as :func:`~kraftlog.broker.replica_manager.log_dir_of` names it."""
+    return os.path.normpath(str(log_dir))
 
 
 # -- the process --------------------------------------------------------------------------------
@@ -488,6 +535,12 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                      partition_config=partition_config, image=lambda: loader.image)
     previous_broker_epoch = clean_shutdown.take(log_dirs)
     logs.recover_all()
+    for failed_dir, reason in logs.startup_failures.items():
+        manager.mark_log_dir_offline(failed_dir, reason=reason)
+    logs.offline = lambda: manager.offline_log_dirs
+    logs.on_dir_failure = lambda log_dir, reason: manager.mark_log_dir_offline(log_dir,
+                                                                              reason=reason)
+    dir_id_of = {dir_key(d): i for d, i in zip(log_dirs, dir_ids, strict=True)}
     reconciler = rc.Reconciler(broker_id=node_id, manager=manager, store=logs)
 
     settings = raft_commands.raft_config(cfg)
@@ -499,7 +552,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         listeners=advertised, rack=cfg.get_str("broker.rack"), log_dir_ids=dir_ids,
         heartbeat_interval_ms=cfg.get_int("broker.heartbeat.interval.ms"),
         metadata_offset=lambda: loader.image.provenance.last_offset,
-        on_change=health_changed.set, previous_broker_epoch=previous_broker_epoch)
+        on_change=health_changed.set, previous_broker_epoch=previous_broker_epoch,
+        offline_log_dirs=lambda: [dir_id_of[d] for d in manager.offline_log_dirs
+                                  if d in dir_id_of])
 
     def endpoint_of(broker_id: int) -> str | None:
         broker = loader.image.cluster.broker(broker_id)
@@ -613,17 +668,26 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         last_reconcile = last_retention = time.monotonic()
         while True:
             await asyncio.sleep(min(interval_s, retention_s))
+            if len(manager.offline_log_dirs) >= len(log_dirs):
+                # Kafka halts a broker whose every log dir failed: nothing left to serve.
+                raise errors.StorageError(
+                    f"every log dir is offline ({', '.join(sorted(manager.offline_log_dirs))}): "
+                    "replace the failed disks and restart the broker")
             logs.write_checkpoints(manager.high_watermarks())
             now = time.monotonic()
             if now - last_reconcile >= RECONCILE_INTERVAL_S:
                 last_reconcile = now
                 publisher.reconcile_all(loader.image)
+            online = {tp: p for tp, p in manager.partitions.items() if not manager.is_offline(tp)}
             if now - last_retention >= retention_s:
                 last_retention = now
-                for partition in list(manager.partitions.values()):
+                for tp, partition in online.items():
                     # Never past the high watermark (followers may still need the data);
                     # the partition forgets producers whose batches all went.
-                    partition.delete_old_segments(wall_ms())
+                    try:
+                        partition.delete_old_segments(wall_ms())
+                    except OSError as exc:
+                        manager.handle_storage_error(tp, exc)
 
     async def sample_metrics(sink: bm.BrokerMetrics) -> None:
         quotas = (("leader", leader_quota), ("follower", follower_quota))

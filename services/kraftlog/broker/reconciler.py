@@ -169,6 +169,21 @@ class Reconciler:
         result.deleted.append(tp)
 
     def _converge(self, info: im.PartitionInfo, result: ReconcileResult, now_ms: int) -> None:
+        try:
+            self._converge_replica(info, result, now_ms)
+        except OSError as exc:
+            # A failing disk under this replica: creating its log, or writing its leader
+            # epoch on a role change. The creation is retried by the next full reconcile
+            # (in a directory still online); a hosted replica's whole directory goes offline.
+            tp = _tp(info)
+            if self.manager.get_partition(tp) is None:
+                logger.error("broker=%d partition=%s event=replica_creation_failed error=%r",
+                             self.broker_id, tp, str(exc))
+                return
+            result.stop_fetching.extend(self.manager.handle_storage_error(tp, exc))
+
+    def _converge_replica(self, info: im.PartitionInfo, result: ReconcileResult,
+                          now_ms: int) -> None:
         tp = _tp(info)
         registration = info.registration
         if self.broker_id not in registration.replicas:

@@ -33,6 +33,14 @@ NOT_LEADER_OR_FOLLOWER (not leader, or being deleted), and those of
 :class:`~kraftlog.broker.partition.Partition`. A bad ``acks`` answers
 INVALID_REQUIRED_ACKS on every partition.
 
+Log directory failure (Kafka's LogDirFailureChannel): an ``OSError`` from a
+replica's log (append, read, truncation, role change, retention, flush) takes the
+whole log directory offline (:meth:`ReplicaManager.handle_storage_error`): every
+replica in it becomes OfflineReplica and answers KAFKA_STORAGE_ERROR from then on,
+and the directory is listed in :attr:`ReplicaManager.offline_log_dirs` for the
+broker's heartbeat and DescribeLogDirs. A directory never comes back online in a
+running broker: the operator replaces the disk and restarts it.
+
 Must not: import asyncio, grpc, protobuf or a clock; create or delete log
 directories (the reconciler does); block. Single-threaded: one owner calls it.
 """
@@ -41,6 +49,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -171,6 +180,7 @@ class ReplicaManager:
         self._completed_fetches: list[CompletedFetch] = []
         # The latest time a caller gave: re-reads of completed fetches run at it.
         self._now_ms = 0
+        self._offline_dirs: dict[str, str] = {}
 
     # ================================================================== partitions and replica states
 
@@ -215,6 +225,43 @@ class ReplicaManager:
         del self._states[tp]
         self._complete_waiting(tp)
         return partition
+
+    # ================================================================== log directory failure
+
+    @property
+    def offline_log_dirs(self) -> Mapping[str, str]:
+        """Log directory -> the error that took it offline."""
+        return self._offline_dirs
+
+    def handle_storage_error(self, tp: TopicPartition, error: OSError) -> list[TopicPartition]:
+        """``tp``'s log failed with ``error``: its log directory goes offline (see the module
+        doc); returns the replicas that went offline with it (none if it already was)."""
+        partition = self._partitions.get(tp)
+        if partition is None:
+            return []
+        return self.mark_log_dir_offline(log_dir_of(partition), reason=f"{tp}: {error}")
+
+    def mark_log_dir_offline(self, log_dir: str, *, reason: str) -> list[TopicPartition]:
+        """Take ``log_dir`` offline with every replica in it; returns those replicas."""
+        if log_dir in self._offline_dirs:
+            return []
+        self._offline_dirs[log_dir] = reason
+        offline: list[TopicPartition] = []
+        for tp, partition in list(self._partitions.items()):
+            if log_dir_of(partition) != log_dir:
+                continue
+            if self._states[tp] in _SERVING_STATES or self._states[tp] is _S.REPLICA_DELETION_INELIGIBLE:
+                self.transition_replica(tp, ReplicaState.OFFLINE_REPLICA)
+            partition.log.close_handlers()
+            offline.append(tp)
+        logger.error("broker=%d event=log_dir_offline dir=%s replicas=%d reason=%r", self.broker_id,
+                     log_dir, len(offline), reason)
+        return offline
+
+    def is_offline(self, tp: TopicPartition) -> bool:
+        """The replica's log directory is offline."""
+        partition = self._partitions.get(tp)
+        return partition is not None and log_dir_of(partition) in self._offline_dirs
 
     def _serving_partition(self, tp: TopicPartition) -> tuple[partition_mod.Partition | None, ErrorCode, str]:
         partition = self._partitions.get(tp)
@@ -276,7 +323,15 @@ class ReplicaManager:
             if partition is None:
                 responses[tp] = purgatory.ProducePartitionResponse(error=error, error_message=message)
                 continue
-            result = partition.append_records_to_leader(batches, required_acks=required_acks, now_ms=now_ms)
+            try:
+                result = partition.append_records_to_leader(batches, required_acks=required_acks,
+                                                            now_ms=now_ms)
+            except OSError as exc:
+                self.handle_storage_error(tp, exc)
+                responses[tp] = purgatory.ProducePartitionResponse(
+                    error=ErrorCode.KAFKA_STORAGE_ERROR,
+                    error_message=f"the log of {tp} on broker {self.broker_id} failed: {exc}")
+                continue
             if result.error is not ErrorCode.NONE or result.info is None:
                 responses[tp] = purgatory.ProducePartitionResponse(
                     error=result.error, error_message=result.error_message, leader_id=partition.leader_id,
@@ -372,13 +427,22 @@ class ReplicaManager:
             # A throttled partition is read for nothing (KIP-73: no records, no error): the
             # follower's fetch offset still counts, only the data waits for the quota.
             throttled = self._should_leader_throttle(tp, partition, params, now_ms)
-            result = partition.read_records(
-                fetch_offset=request.fetch_offset,
-                max_bytes=0 if throttled else max(0, min(request.partition_max_bytes, remaining)),
-                isolation=isolation, now_ms=now_ms, replica_id=params.replica_id,
-                current_leader_epoch=request.current_leader_epoch, last_fetched_epoch=request.last_fetched_epoch,
-                follower_log_start_offset=request.log_start_offset,
-                min_one_message=min_one_message and not throttled, update_fetch_state=update_fetch_state)
+            try:
+                result = partition.read_records(
+                    fetch_offset=request.fetch_offset,
+                    max_bytes=0 if throttled else max(0, min(request.partition_max_bytes, remaining)),
+                    isolation=isolation, now_ms=now_ms, replica_id=params.replica_id,
+                    current_leader_epoch=request.current_leader_epoch,
+                    last_fetched_epoch=request.last_fetched_epoch,
+                    follower_log_start_offset=request.log_start_offset,
+                    min_one_message=min_one_message and not throttled,
+                    update_fetch_state=update_fetch_state)
+            except OSError as exc:
+                self.handle_storage_error(tp, exc)
+                responses[tp] = FetchPartitionResponse(
+                    error=ErrorCode.KAFKA_STORAGE_ERROR,
+                    error_message=f"the log of {tp} on broker {self.broker_id} failed: {exc}")
+                continue
             responses[tp] = FetchPartitionResponse(
                 error=result.error, high_watermark=result.high_watermark,
                 last_stable_offset=result.last_stable_offset, log_start_offset=result.log_start_offset,
@@ -494,3 +558,8 @@ class ReplicaManager:
         """``replication-offset-checkpoint`` contents: the high watermark of every serving replica."""
         return {tp: p.high_watermark for tp, p in sorted(self._partitions.items())
                 if self._states[tp] in _SERVING_STATES}
+
+
+def log_dir_of(partition: partition_mod.Partition) -> str:
+    """The log directory holding ``partition``'s log (the parent of its ``<topic>-<n>`` dir)."""
+    return os.path.dirname(os.path.normpath(partition.log.directory))

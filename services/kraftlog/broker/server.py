@@ -505,7 +505,15 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     replica_state=_REPLICA_STATES[state], leader_epoch=partition.leader_epoch,
                     is_leader=partition.is_leader))
         response = broker_pb2.DescribeLogDirsResponse()
+        offline = {os.path.abspath(d): reason for d, reason in manager.offline_log_dirs.items()}
         for log_dir, topics in by_dir.items():
+            reason = offline.get(os.path.abspath(log_dir))
+            if reason is not None:
+                # Kafka: an offline dir answers KAFKA_STORAGE_ERROR and lists no replicas.
+                response.results.append(broker_pb2.DescribeLogDirsResponse.DescribeLogDirsResult(
+                    log_dir=log_dir, total_bytes=-1, usable_bytes=-1, error=error_proto(
+                        ErrorCode.KAFKA_STORAGE_ERROR, f"log dir {log_dir} is offline: {reason}")))
+                continue
             try:
                 usage = shutil.disk_usage(log_dir)
                 total, usable = usage.total, usage.free

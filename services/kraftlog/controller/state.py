@@ -29,6 +29,7 @@ Must not: import asyncio/grpc/protobuf or read a clock (time comes in as
 
 from __future__ import annotations
 
+import logging
 import random
 
 from kraftlog.controller import api
@@ -62,6 +63,8 @@ from kraftlog.metadata.records import (
 from kraftlog.timeline import snapshot_registry, timeline_value
 
 LATEST_EPOCH = snapshot_registry.LATEST_EPOCH
+
+logger = logging.getLogger(__name__)
 
 
 class ControllerState:
@@ -228,6 +231,12 @@ class ControllerState:
         epoch = registration.broker_epoch
         if target is BrokerControlState.FENCED or target is BrokerControlState.SHUTDOWN_NOW:
             if current is not BrokerControlState.FENCED:
+                if request.offline_log_dirs:
+                    # A failed log dir: the broker asks to be fenced so that its replicas
+                    # leave the ISRs and its leaderships move (no per-replica directory
+                    # assignment yet, KIP-858, so the whole broker steps aside).
+                    logger.warning("broker=%d event=log_dirs_offline dirs=%s action=fence",
+                                   broker_id, ",".join(str(d) for d in request.offline_log_dirs))
                 self.replication.handle_broker_fenced(broker_id, records, budget)
                 records.append(FenceBrokerRecord(broker_id=broker_id, broker_epoch=epoch))
         elif target is BrokerControlState.UNFENCED:
