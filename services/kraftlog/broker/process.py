@@ -22,6 +22,11 @@ Startup, in order (Kafka's BrokerServer):
    ``log.retention.ms`` / ``log.retention.bytes`` every ``log.retention.check.interval.ms``
    (below the high watermark only).
 
+Group offsets (:mod:`.group_coordinator_driver`, a second metadata publisher after the
+reconciler's, with its own task): FindCoordinator / OffsetCommit / OffsetFetch on the
+``__consumer_offsets`` partitions this broker leads, loaded when it becomes their
+leader and unloaded when it stops (``offsets.*`` settings, Kafka's names).
+
 Replication throttles (KIP-73, :mod:`.replication_quota`): every metadata delta that
 touches configs re-reads the broker's ``leader.replication.throttled.rate`` /
 ``follower.replication.throttled.rate`` (its own BROKER resource, else the cluster
@@ -68,6 +73,7 @@ from opentelemetry import trace
 from kraftlog import config as kconfig
 from kraftlog import errors
 from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, server
+from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
@@ -184,6 +190,7 @@ BROKER_CONFIG = kconfig.ConfigDef([
                           "-1 = no limit"),
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
+    *gcd.CONFIG_KEYS,
     *metrics.CONFIG_KEYS,
     *log_setup.CONFIG_KEYS,
 ])
@@ -513,6 +520,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         raise errors.ConfigError(f"inter.broker.listener.name {listener_name} is not among the "
                                  f"advertised listeners "
                                  f"{sorted(e.listener_name for e in advertised)}")
+    group_config = gcd.config_from(cfg)  # a bad offsets.* value fails before anything opens
     loader = ld.MetadataLoader(decode=record_convert.decode)
     quota_window = rq.QuotaWindow(
         samples=cfg.get_int("replication.quota.window.num"),
@@ -573,6 +581,16 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                            tracer=tracer.tracer, quotas=(leader_quota, follower_quota),
                            cluster_id=cluster_id)
     loader.add_publisher(publisher)
+
+    async def create_topics(request: Any, deadline_s: float) -> Any:
+        return await client.call("CreateTopics", request, deadline_s=deadline_s)
+
+    # Group offsets (__consumer_offsets): published after the reconciler, so it sees the
+    # replicas already moved; loads / unloads partitions as their leadership moves here.
+    groups = gcd.GroupCoordinatorDriver(broker_id=node_id, data=data, image=lambda: loader.image,
+                                        listener_name=listener_name, config=group_config,
+                                        create_topics=create_topics, now_ms=wall_ms)
+    loader.add_publisher(groups)
     if shared is None:
         assert raft_log is not None and store is not None
         raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
@@ -607,7 +625,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      listener_name=listener_name,
                                      log_dirs=[str(d) for d in log_dirs],
                                      ready=lambda: lifecycle.ready,
-                                     producer_ids=allocate_producer_id)
+                                     producer_ids=allocate_producer_id, groups=groups)
     server.add_to_server(servicer, grpc_server)
     health_pb2_grpc.add_HealthServicer_to_server(health, grpc_server)
     listen = f"{listeners[0].host or '0.0.0.0'}:{listeners[0].port}"
@@ -628,6 +646,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health.set(LIVENESS_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
     data.start()
+    groups.start()
     if shared is None:
         raft.start()
     lifecycle.start()
@@ -704,7 +723,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
              loop.create_task(send_alter_partitions(), name="broker-alter-partition"),
              loop.create_task(periodic(), name="broker-periodic"),
              loop.create_task(data.wait(), name="broker-data-plane"),
-             loop.create_task(lifecycle.wait(), name="broker-lifecycle")]
+             loop.create_task(lifecycle.wait(), name="broker-lifecycle"),
+             loop.create_task(groups.wait(), name="broker-group-coordinator-wait")]
     if broker_metrics is not None:
         tasks.append(loop.create_task(sample_metrics(broker_metrics), name="broker-metrics"))
     stop_task = loop.create_task(stop.wait(), name="broker-stop-signal")
@@ -729,6 +749,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await health.enter_graceful_shutdown()
         await lifecycle.stop()
         await fetchers.stop()
+        await groups.stop()
         await data.stop()
         if shared is None:
             await raft.stop(graceful=False)

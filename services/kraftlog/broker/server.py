@@ -13,10 +13,12 @@ is registered, caught up and unfenced. A partition not hosted here but known to 
 answers NOT_LEADER_OR_FOLLOWER with the leader's hint (KIP-951).
 
 OffsetForLeaderEpoch answers a leader's epoch end offsets (KIP-101/279).
+FindCoordinator, OffsetCommit and OffsetFetch go to the injected ``groups``
+(:class:`~kraftlog.broker.group_coordinator_driver.GroupCoordinatorDriver`), with the
+coordinator's hint (the leader of the group's ``__consumer_offsets`` partition).
 InitProducerId hands an idempotent producer a new producer id with epoch 0
 (KIP-98, non-transactional path) from the injected ``producer_ids`` allocator.
-Not served yet: FetchStream, OffsetCommit,
-OffsetFetch (gRPC UNIMPLEMENTED).
+Not served yet: FetchStream (gRPC UNIMPLEMENTED).
 
 Callers: :mod:`kraftlog.broker.process` (wiring), the replica fetchers (through
 :meth:`DataPlane.dispatch` after follower appends). Edge module: asyncio, grpc,
@@ -31,10 +33,12 @@ import os
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from kraftlog.broker import group_coordinator as gc
+from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import purgatory
 from kraftlog.broker import replica_manager as rm
@@ -44,6 +48,9 @@ from kraftlog.metadata.records import NO_LEADER
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+
+if TYPE_CHECKING:
+    from kraftlog.broker import group_coordinator_driver as gcd
 
 logger = logging.getLogger(__name__)
 
@@ -193,9 +200,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                  image: Callable[[], im.MetadataImage], controller_id: Callable[[], int],
                  listener_name: str, log_dirs: Sequence[str] = (),
                  ready: Callable[[], bool] = lambda: True,
-                 producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None
-                 ) -> None:
+                 producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None,
+                 groups: gcd.GroupCoordinatorDriver | None = None) -> None:
         self.data = data
+        self.groups = groups
         # (deadline as time.monotonic()) -> (error, producer id, message); None: not wired.
         self._producer_ids = producer_ids
         self._ready = ready
@@ -573,12 +581,120 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         await self._unimplemented("FetchStream", context)
         yield broker_pb2.FetchResponse()  # not reached: abort raises
 
+    # -- group offsets (FindCoordinator, OffsetCommit, OffsetFetch) ----------------------------
 
-    async def OffsetCommit(self, request: Any, context: Any) -> Any:
-        await self._unimplemented("OffsetCommit", context)
+    def _no_groups(self) -> common_pb2.Error:
+        return error_proto(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                           f"broker {self.broker_id} runs no group coordinator")
 
-    async def OffsetFetch(self, request: Any, context: Any) -> Any:
-        await self._unimplemented("OffsetFetch", context)
+    def _coordinator_hint(self, partition: int) -> common_pb2.LeaderHint | None:
+        if partition < 0:
+            return None
+        return self._leader_hint(TopicPartition(topic=go.GROUP_METADATA_TOPIC_NAME, partition=partition))
+
+    async def FindCoordinator(self, request: broker_pb2.FindCoordinatorRequest,
+                              context: Any) -> Any:
+        response = broker_pb2.FindCoordinatorResponse()
+        keys = list(request.coordinator_keys)
+        if request.key_type != broker_pb2.COORDINATOR_KEY_TYPE_GROUP or self.groups is None:
+            error = (self._no_groups() if request.key_type == broker_pb2.COORDINATOR_KEY_TYPE_GROUP
+                     else error_proto(ErrorCode.INVALID_REQUEST,
+                                      f"coordinator key type {request.key_type} is not supported "
+                                      "(only GROUP: no transactions)"))
+            for key in keys:
+                response.coordinators.append(broker_pb2.FindCoordinatorResponse.Coordinator(
+                    key=key, node_id=-1, port=-1, error=error))
+            return response
+        for answer in self.groups.find_coordinator(keys):
+            response.coordinators.append(broker_pb2.FindCoordinatorResponse.Coordinator(
+                key=answer.key, node_id=answer.node_id, host=answer.host, port=answer.port,
+                error=error_proto(answer.error, answer.message)))
+        return response
+
+    async def OffsetCommit(self, request: broker_pb2.OffsetCommitRequest, context: Any) -> Any:
+        entries = [gc.CommitEntry(topic=topic.name, partition=part.partition_index,
+                                  offset=part.committed_offset,
+                                  leader_epoch=part.committed_leader_epoch,
+                                  metadata=part.committed_metadata)
+                   for topic in request.topics for part in topic.partitions]
+        response = broker_pb2.OffsetCommitResponse()
+        if self.groups is None:
+            outcome = None
+            response.error.CopyFrom(self._no_groups())
+        else:
+            generation = (request.generation_id_or_member_epoch
+                          if request.HasField("generation_id_or_member_epoch") else None)
+            outcome = await self.groups.commit_offsets(
+                request.group_id, entries, generation_id=generation, member_id=request.member_id)
+            response.error.CopyFrom(error_proto(outcome.error, outcome.message))
+            hint = self._coordinator_hint(outcome.coordinator_partition)
+            if hint is not None:
+                response.coordinator.CopyFrom(hint)
+        by_topic: dict[str, list[broker_pb2.OffsetCommitResponse.OffsetCommitResponsePartition]] = {}
+        for entry in entries:
+            if outcome is None or outcome.error is not ErrorCode.NONE:
+                error = response.error  # Kafka answers a group-wide error on every partition
+            else:
+                code, message = outcome.partitions.get(
+                    (entry.topic, entry.partition), (ErrorCode.UNKNOWN_SERVER_ERROR, "no answer"))
+                error = error_proto(code, message)
+            parts = by_topic.setdefault(entry.topic, [])
+            if any(p.partition_index == entry.partition for p in parts):
+                continue
+            parts.append(broker_pb2.OffsetCommitResponse.OffsetCommitResponsePartition(
+                partition_index=entry.partition, error=error))
+        response.topics.extend(broker_pb2.OffsetCommitResponse.OffsetCommitResponseTopic(
+            name=name, partitions=parts) for name, parts in by_topic.items())
+        return response
+
+    async def OffsetFetch(self, request: broker_pb2.OffsetFetchRequest, context: Any) -> Any:
+        response = broker_pb2.OffsetFetchResponse()
+        if self.groups is None:
+            response.error.CopyFrom(self._no_groups())
+            return response
+        wanted: list[TopicPartition] = []
+        whole_topics: set[str] = set()  # a topic with no partitions listed: all of them
+        invalid: list[tuple[str, int]] = []
+        for topic in request.topics:
+            if not topic.partitions:
+                whole_topics.add(topic.topic)
+            for index in topic.partitions:
+                tp = self._tp(topic.topic, index)
+                if tp is None:
+                    invalid.append((topic.topic, index))
+                else:
+                    wanted.append(tp)
+        every = not request.topics or bool(whole_topics)
+        answer = self.groups.fetch_offsets(request.group_id, None if every else wanted)
+        response.error.CopyFrom(error_proto(answer.error, answer.message))
+        hint = self._coordinator_hint(answer.coordinator_partition)
+        if hint is not None:
+            response.coordinator.CopyFrom(hint)
+        if answer.error is not ErrorCode.NONE:
+            return response
+        found = answer.offsets
+        if request.topics and every:
+            found = {tp: found.get(tp) for tp in wanted}
+            found.update({tp: value for tp, value in answer.offsets.items()
+                          if tp.topic in whole_topics})
+        by_topic: dict[str, list[broker_pb2.OffsetFetchResponse.OffsetFetchResponsePartition]] = {}
+        for tp, value in found.items():
+            by_topic.setdefault(tp.topic, []).append(
+                broker_pb2.OffsetFetchResponse.OffsetFetchResponsePartition(
+                    partition_index=tp.partition,
+                    committed_offset=-1 if value is None else value.offset,
+                    committed_leader_epoch=-1 if value is None else value.leader_epoch,
+                    metadata="" if value is None else value.metadata,
+                    error=error_proto(ErrorCode.NONE)))
+        for name, index in invalid:
+            by_topic.setdefault(name, []).append(
+                broker_pb2.OffsetFetchResponse.OffsetFetchResponsePartition(
+                    partition_index=index, committed_offset=-1, committed_leader_epoch=-1,
+                    error=error_proto(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                      f"invalid topic or partition {name!r}-{index}")))
+        response.topics.extend(broker_pb2.OffsetFetchResponse.OffsetFetchResponseTopic(
+            name=name, partitions=parts) for name, parts in by_topic.items())
+        return response
 
 
 def add_to_server(servicer: BrokerServicer, server: Any) -> None:

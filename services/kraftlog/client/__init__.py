@@ -16,6 +16,15 @@ The public face (import from here)::
     records = consumer.poll(max_records=500, timeout_ms=1000)   # list[ConsumerRecord]
     consumer.close()
 
+    # Committed offsets: group.id set, positions committed with commit() (or auto-committed),
+    # a partition without a position starts from the group's committed offset.
+    consumer = client.Consumer(client.ConsumerConfig(
+        bootstrap_servers=("127.0.0.1:19101",), group_id="billing", enable_auto_commit=False))
+    consumer.assign_topic("events")
+    records = consumer.poll(timeout_ms=1000)
+    consumer.commit()                  # or commit({tp: 42}) / commit({tp: OffsetAndMetadata(...)})
+    consumer.committed(consumer.assignment())   # {tp: OffsetAndMetadata | None}
+
 Both are synchronous (a Spark task or a CLI has no event loop); the producer
 sends from one background thread, the consumer fetches inside ``poll``. Configs
 take Kafka's names through ``from_properties({"bootstrap.servers": ..., ...})``.
@@ -30,7 +39,12 @@ cache), :mod:`.producer`, :mod:`.consumer`, :mod:`.commands` (CLI).
 from __future__ import annotations
 
 from kraftlog.client.config import Acks, ConsumerConfig, OffsetReset, ProducerConfig
-from kraftlog.client.consumer import Consumer, ConsumerRecord, OffsetAndTimestamp
+from kraftlog.client.consumer import (
+    Consumer,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+)
 from kraftlog.client.errors import (
     BrokersUnavailableError,
     ClientClosedError,
@@ -48,7 +62,7 @@ from kraftlog.storage.topic_partition import TopicPartition
 __all__ = [
     "Acks", "BrokersUnavailableError", "ClientClosedError", "ClientError", "ClientTimeoutError",
     "Consumer", "ConsumerConfig", "ConsumerRecord", "Header", "KafkaApiError",
-    "OffsetAndTimestamp", "OffsetOutOfRangeError", "OffsetReset", "PartitionInfo", "Producer",
+    "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetOutOfRangeError", "OffsetReset", "PartitionInfo", "Producer",
     "ProducerConfig", "RecordFuture", "RecordMetadata", "TimestampType", "TopicPartition",
     "UnknownTopicError",
 ]

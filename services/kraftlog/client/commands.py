@@ -11,10 +11,13 @@ line naming the error (and how many records failed) otherwise.
 ``kraftlog consume --bootstrap-server HOST:PORT --topic T [--partition N]
 [--from-beginning | --offset N|earliest|latest] [--max-messages N]
 [--timeout-ms MS] [--print-key] [--print-headers] [--print-offset]
-[--print-partition] [--print-timestamp] [--output text|json]`` prints records
-(value only, or tab-separated fields in Kafka's formatter order, or one JSON
+[--print-partition] [--print-timestamp] [--output text|json] [--group G]`` prints
+records (value only, or tab-separated fields in Kafka's formatter order, or one JSON
 object per line), stops after ``--max-messages`` or ``--timeout-ms`` without a
-record, and prints ``Processed a total of N messages`` on stderr.
+record, and prints ``Processed a total of N messages`` on stderr. With ``--group``
+it starts each partition at the group's committed offset (else earliest with
+``--from-beginning``, latest otherwise, as kafka-console-consumer does) and commits
+the positions after printing each batch of records.
 
 Bad arguments, unknown topics and unreachable brokers (named) raise
 :class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.cli` prints as one
@@ -89,6 +92,9 @@ def register(subparsers: Any) -> None:
         consume.add_argument(f"--print-{name}", action="store_true", help=f"print {what}")
     consume.add_argument("--output", default="text", metavar="text|json",
                          help="text (default) or one JSON object per line")
+    consume.add_argument("--group", metavar="G",
+                         help="consumer group: start from its committed offsets and commit "
+                              "after printing")
     consume.add_argument("--consumer-property", action="append", default=[],
                          metavar="KEY=VALUE", help="a consumer setting (Kafka name); repeatable")
     consume.set_defaults(func=_traced(run_consume))
@@ -301,6 +307,13 @@ def run_consume(args: argparse.Namespace) -> int:
             args.bootstrap_server, key="--bootstrap-server"),
         "auto.offset.reset": start, "default.api.timeout.ms": CLI_REQUEST_TIMEOUT_MS,
     }
+    group = args.group
+    if group is not None:
+        if not group:
+            raise errors.ConfigError("--group must not be empty")
+        # Committed explicitly after each printed batch (and the committed offset, not a
+        # seek, decides where a partition starts unless --offset is given).
+        properties.update({"group.id": group, "enable.auto.commit": False})
     properties.update(_properties("--consumer-property", args.consumer_property))
     config = client_config.ConsumerConfig.from_properties(properties)
     out = sys.stdout.buffer
@@ -315,6 +328,8 @@ def run_consume(args: argparse.Namespace) -> int:
                 consumer.assign(partitions)
             if start_offset is not None:
                 consumer.seek(partitions[0], start_offset)
+            elif group is not None:
+                pass  # committed offsets, else auto.offset.reset (earliest / latest)
             elif start == "earliest":
                 consumer.seek_to_beginning()
             else:
@@ -338,6 +353,8 @@ def run_consume(args: argparse.Namespace) -> int:
                 out.write(b"\n".join(lines) + b"\n")
                 out.flush()
                 count += len(records)
+                if group is not None:
+                    consumer.commit()
     except BrokenPipeError:
         return 0
     finally:

@@ -176,10 +176,23 @@ class ConsumerConfig:
     """``metadata.max.age.ms``: metadata older than this is refreshed."""
     check_crcs: bool = True
     """``check.crcs``: kept for Kafka compatibility; the decoder always checks CRCs."""
+    group_id: str | None = None
+    """``group.id``: the consumer group whose committed offsets ``commit()`` stores and a
+    partition without a position starts from (no group membership: partitions are assigned
+    by hand, as a Kafka consumer using ``assign``)."""
+    enable_auto_commit: bool = True
+    """``enable.auto.commit``: with a ``group.id``, commit the positions every
+    ``auto.commit.interval.ms`` from ``poll()`` and at ``close()``."""
+    auto_commit_interval_ms: int = 5000
+    """``auto.commit.interval.ms``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers",
                            parse_bootstrap_servers(self.bootstrap_servers))
+        if self.group_id is not None and (not isinstance(self.group_id, str)
+                                          or not self.group_id):
+            raise ConfigError(f"group.id={self.group_id!r} is invalid: give a non-empty string "
+                              "(or leave it unset)")
         reset = self.auto_offset_reset
         if not isinstance(reset, OffsetReset):
             try:
@@ -189,7 +202,7 @@ class ConsumerConfig:
                                   "latest or none") from None
             object.__setattr__(self, "auto_offset_reset", reset)
         for name in ("fetch_min_bytes", "fetch_max_wait_ms", "retry_backoff_ms",
-                     "metadata_max_age_ms"):
+                     "metadata_max_age_ms", "auto_commit_interval_ms"):
             _check_positive(name.replace("_", "."), getattr(self, name))
         for name in ("fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records",
                      "request_timeout_ms", "default_api_timeout_ms"):

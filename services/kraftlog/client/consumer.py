@@ -11,7 +11,15 @@ for the CLI, a Spark task and benchmarks::
         print(record.partition, record.offset, record.key, record.value)
     consumer.close()
 
-Manual assignment only (no consumer groups yet). :meth:`Consumer.poll` keeps
+Manual assignment only (no group membership). With ``group.id`` the consumer keeps
+committed offsets in the group's coordinator (Kafka's ``__consumer_offsets``):
+:meth:`Consumer.commit` (synchronous; the current positions by default),
+:meth:`Consumer.committed`, and a partition without a position starts from the
+group's committed offset, else by ``auto.offset.reset``; with ``enable.auto.commit``
+the positions are committed every ``auto.commit.interval.ms`` from :meth:`poll` and at
+:meth:`close`. The coordinator is found with FindCoordinator (asked of any broker)
+and looked up again after NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE /
+COORDINATOR_LOAD_IN_PROGRESS or a connection failure, within the call's deadline. :meth:`Consumer.poll` keeps
 at most one Fetch in flight per leader broker, for all assigned partitions it
 leads (in parallel, as gRPC futures, long-polling up to ``fetch.max.wait.ms``),
 returns as soon as any answer brings records, and sends the next Fetch for the
@@ -39,6 +47,7 @@ the clock.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
 import time
@@ -46,7 +55,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -57,11 +66,12 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.v1 import broker_pb2
+from kraftlog.v1 import broker_pb2, common_pb2
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 _RPC_GRACE_S = 5.0
+AUTO_COMMIT_MIN_TIMEOUT_MS = 1000
 
 
 class ConsumerRecord(NamedTuple):
@@ -82,6 +92,25 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[rb.Header, ...]
     leader_epoch: int
     """The partition leader epoch of the batch the record came in, -1 if unknown."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetAndMetadata:
+    """A committed offset (Kafka's ``OffsetAndMetadata``): the next offset the group reads."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int | None = None
+    """The leader epoch of the last record consumed, None if unknown."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
+            raise ValueError(f"a committed offset must be a non-negative int, got {self.offset!r}")
+
+
+_COORDINATOR_ERRORS = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS})
+"""Group-call answers after which the coordinator is looked up again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +152,9 @@ class Consumer:
         self._in_flight: dict[str, tuple[grpc.Future, dict[TopicPartition, int]]] = {}
         self._wakeup = threading.Condition()
         self._closed = False
+        self._coordinator: str | None = None
+        """The group coordinator's address, None until FindCoordinator answers."""
+        self._next_auto_commit = _now() + config.auto_commit_interval_ms / 1000
 
     # -- assignment and positions -------------------------------------------------------------
 
@@ -232,6 +264,8 @@ class Consumer:
         if timeout_ms < 0:
             raise ValueError(f"timeout_ms must be >= 0, got {timeout_ms}")
         deadline = _now() + timeout_ms / 1000
+        # Like Kafka's poll: first commit what earlier polls returned, when it is time.
+        self._maybe_auto_commit()
         while True:
             self._handle_completed()
             records = self._drain_buffers(limit)
@@ -253,9 +287,13 @@ class Consumer:
                     return []
 
     def close(self) -> None:
-        """Release channels; pending fetches are cancelled."""
+        """Release channels; pending fetches are cancelled. With auto-commit on, the
+        positions are committed first (failures are ignored, as Kafka's close does)."""
         if self._closed:
             return
+        if self._auto_commits:
+            with contextlib.suppress(client_errors.ClientError):
+                self.commit(timeout_ms=min(self.config.default_api_timeout_ms, 5000))
         self._closed = True
         for future, _parts in self._in_flight.values():
             future.cancel()
@@ -268,6 +306,218 @@ class Consumer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+    # -- committed offsets (group.id) ----------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+               timeout_ms: int | None = None) -> None:
+        """Commit ``offsets`` (default: the positions of every assigned partition that has
+        one) for ``group.id``, waiting until the coordinator stored them.
+
+        Raises KafkaApiError for a partition the coordinator refused (e.g.
+        OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION), ClientTimeoutError when
+        retriable errors outlast ``timeout_ms`` (default ``default.api.timeout.ms``).
+        """
+        group = self._group()
+        if offsets is None:
+            wanted = {tp: OffsetAndMetadata(offset=self._positions[tp])
+                      for tp in self._assigned if tp in self._positions}
+        else:
+            wanted = {}
+            for tp, value in offsets.items():
+                if not isinstance(tp, TopicPartition):
+                    raise ValueError(f"commit() takes TopicPartition keys, got {tp!r}")
+                wanted[tp] = value if isinstance(value, OffsetAndMetadata) else (
+                    OffsetAndMetadata(offset=value))
+        if not wanted:
+            return
+        deadline = self._deadline(timeout_ms)
+        pending = dict(wanted)
+        last_error: Exception | None = None
+        while True:
+            topics: dict[str, list[broker_pb2.OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
+            for tp, value in pending.items():
+                topics.setdefault(tp.topic, []).append(
+                    broker_pb2.OffsetCommitRequest.OffsetCommitRequestPartition(
+                        partition_index=tp.partition, committed_offset=value.offset,
+                        committed_leader_epoch=(-1 if value.leader_epoch is None
+                                                else value.leader_epoch),
+                        committed_metadata=value.metadata))
+            request = broker_pb2.OffsetCommitRequest(
+                group_id=group, generation_id_or_member_epoch=-1, topics=[
+                    broker_pb2.OffsetCommitRequest.OffsetCommitRequestTopic(name=name,
+                                                                            partitions=parts)
+                    for name, parts in topics.items()])
+            answer = self._coordinator_call("OffsetCommit", request, deadline)
+            retry_coordinator = False
+            for topic in answer.topics:
+                for part in topic.partitions:
+                    tp = TopicPartition(topic=topic.name, partition=part.partition_index)
+                    if tp not in pending:
+                        continue
+                    code = client_errors.code_of(part.error.code)
+                    if code is ErrorCode.NONE:
+                        del pending[tp]
+                        continue
+                    error = client_errors.error_for(code, part.error.message, topic=tp.topic,
+                                                    context=f"OffsetCommit {tp} for group {group!r}")
+                    # Kafka's OffsetCommitResponseHandler: coordinator errors and timeouts
+                    # look the coordinator up again and retry; anything else is final.
+                    if code not in _COORDINATOR_ERRORS and code is not ErrorCode.REQUEST_TIMED_OUT:
+                        raise error
+                    retry_coordinator = True
+                    last_error = error
+            if not pending:
+                return
+            if retry_coordinator:
+                self._coordinator = None
+            self._backoff_or_timeout(deadline, f"commit of {len(pending)} offset(s) for group "
+                                               f"{group!r}", last_error)
+
+    def committed(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None
+                  ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition (None where nothing is committed)."""
+        group = self._group()
+        wanted = list(dict.fromkeys(partitions))
+        for tp in wanted:
+            if not isinstance(tp, TopicPartition):
+                raise ValueError(f"committed() takes TopicPartition values, got {tp!r}")
+        if not wanted:
+            return {}
+        return self._fetch_committed(group, wanted, self._deadline(timeout_ms))
+
+    def _fetch_committed(self, group: str, wanted: Sequence[TopicPartition], deadline: float
+                         ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        topics: dict[str, list[int]] = {}
+        for tp in wanted:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+        request = broker_pb2.OffsetFetchRequest(group_id=group, topics=[
+            common_pb2.TopicPartitions(topic=name, partitions=parts)
+            for name, parts in topics.items()])
+        answer = self._coordinator_call("OffsetFetch", request, deadline)
+        out: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
+        for topic in answer.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic=topic.name, partition=part.partition_index)
+                code = client_errors.code_of(part.error.code)
+                if code is not ErrorCode.NONE:
+                    raise client_errors.error_for(code, part.error.message, topic=tp.topic,
+                                                  context=f"OffsetFetch {tp} for group {group!r}")
+                if tp in out and part.committed_offset >= 0:
+                    out[tp] = OffsetAndMetadata(
+                        offset=part.committed_offset, metadata=part.metadata,
+                        leader_epoch=(None if part.committed_leader_epoch < 0
+                                      else part.committed_leader_epoch))
+        return out
+
+    @property
+    def _auto_commits(self) -> bool:
+        return self.config.group_id is not None and self.config.enable_auto_commit
+
+    def _maybe_auto_commit(self) -> None:
+        """Commit the positions when ``auto.commit.interval.ms`` passed (Kafka commits
+        asynchronously and logs failures; here a failure waits for the next interval)."""
+        if not self._auto_commits or _now() < self._next_auto_commit:
+            return
+        self._next_auto_commit = _now() + self.config.auto_commit_interval_ms / 1000
+        with contextlib.suppress(client_errors.ClientError):
+            # Bounded so an unreachable coordinator costs a poll at most about a second
+            # (or the interval, if longer).
+            self.commit(timeout_ms=min(self.config.request_timeout_ms,
+                                       max(AUTO_COMMIT_MIN_TIMEOUT_MS,
+                                           self.config.auto_commit_interval_ms)))
+
+    def _group(self) -> str:
+        self._check_open()
+        if self.config.group_id is None:
+            raise client_errors.ClientError(
+                "INVALID_GROUP_ID: this consumer has no group.id; committed offsets need one")
+        return self.config.group_id
+
+    def _backoff_or_timeout(self, deadline: float, what: str, cause: Exception | None) -> None:
+        if _now() + self.config.retry_backoff_ms / 1000 >= deadline:
+            raise client_errors.ClientTimeoutError(
+                f"{what} did not complete before the deadline"
+                + (f"; last error: {cause}" if cause else ""))
+        time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def _find_coordinator(self, group: str, deadline: float) -> str:
+        """The coordinator's address: FindCoordinator to known brokers, then the bootstrap
+        servers, until one answers with a coordinator (retrying COORDINATOR_NOT_AVAILABLE)."""
+        last_error: Exception | None = None
+        while True:
+            candidates = list(dict.fromkeys([*self.metadata.brokers().values(),
+                                             *self.metadata.bootstrap_servers]))
+            request = broker_pb2.FindCoordinatorRequest(
+                key_type=broker_pb2.COORDINATOR_KEY_TYPE_GROUP, coordinator_keys=[group])
+            failures: dict[str, str] = {}
+            for address in candidates:
+                remaining = deadline - _now()
+                if remaining <= 0:
+                    break
+                try:
+                    answer = self._channels.stub(address).FindCoordinator(
+                        request, timeout=min(remaining, self.config.request_timeout_ms / 1000))
+                except grpc.RpcError as exc:
+                    failures[address] = md.rpc_error_text(exc)
+                    continue
+                found = [c for c in answer.coordinators if c.key == group]
+                if not found:
+                    continue
+                coordinator = found[0]
+                code = client_errors.code_of(coordinator.error.code)
+                if code is ErrorCode.NONE and coordinator.port > 0:
+                    return md.address_of(coordinator.host, coordinator.port)
+                error = client_errors.error_for(code, coordinator.error.message,
+                                                context=f"FindCoordinator for group {group!r}")
+                if code is not ErrorCode.COORDINATOR_NOT_AVAILABLE and not error.retriable:
+                    raise error
+                last_error = error
+                break
+            else:
+                if failures:
+                    last_error = client_errors.BrokersUnavailableError(
+                        failures, f"FindCoordinator for group {group!r}")
+            self._backoff_or_timeout(deadline, f"finding the coordinator of group {group!r}",
+                                     last_error)
+
+    def _coordinator_call(self, method: str, request: Any, deadline: float) -> Any:
+        """``method`` on the group's coordinator: the answer once its group-wide error is NONE.
+
+        Coordinator moves and loads are retried until ``deadline``; any other group-wide
+        error raises KafkaApiError."""
+        group = request.group_id
+        last_error: Exception | None = None
+        while True:
+            if self._coordinator is None:
+                self._coordinator = self._find_coordinator(group, deadline)
+            address = self._coordinator
+            remaining = max(0.05, deadline - _now())
+            try:
+                answer = getattr(self._channels.stub(address), method)(
+                    request, timeout=min(remaining, self.config.request_timeout_ms / 1000))
+            except grpc.RpcError as exc:
+                self._coordinator = None
+                last_error = client_errors.BrokersUnavailableError(
+                    {address: md.rpc_error_text(exc)}, f"{method} for group {group!r}")
+                self._backoff_or_timeout(deadline, f"{method} for group {group!r}", last_error)
+                continue
+            code = client_errors.code_of(answer.error.code)
+            if code is ErrorCode.NONE:
+                return answer
+            error = client_errors.error_for(code, answer.error.message,
+                                            context=f"{method} for group {group!r}")
+            if code not in _COORDINATOR_ERRORS:
+                raise error
+            last_error = error
+            hint = answer.coordinator
+            if (code is ErrorCode.NOT_COORDINATOR and answer.HasField("coordinator")
+                    and hint.leader_id >= 0 and hint.HasField("endpoint") and hint.endpoint.port
+                    and md.address_of(hint.endpoint.host, hint.endpoint.port) != address):
+                self._coordinator = md.address_of(hint.endpoint.host, hint.endpoint.port)
+                continue  # the answer named the coordinator: go there at once
+            self._coordinator = None
+            self._backoff_or_timeout(deadline, f"{method} for group {group!r}", last_error)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -305,7 +555,17 @@ class Consumer:
 
     def _resolve_resets(self, tps: Sequence[TopicPartition], deadline: float) -> None:
         wanted: dict[TopicPartition, int] = {}
-        for tp in tps:
+        unknown = [tp for tp in tps if tp not in self._positions]
+        if self.config.group_id is not None:
+            # No position and no explicit seek: the group's committed offset, if any.
+            undecided = [tp for tp in unknown if tp not in self._resets]
+            if undecided:
+                committed = self._fetch_committed(self.config.group_id, undecided, deadline)
+                for tp, value in committed.items():
+                    if value is not None:
+                        self._positions[tp] = value.offset
+                        self._fetch_next[tp] = value.offset
+        for tp in unknown:
             if tp in self._positions:
                 continue
             reset = self._resets.get(tp) or self._default_reset(tp)

@@ -77,6 +77,11 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def address_of(host: str, port: int) -> str:
+    """``host:port`` as channels are keyed (an IPv6 host in brackets)."""
+    return _address(host, port)
+
+
 def rpc_error_text(exc: grpc.RpcError) -> str:
     """``UNAVAILABLE`` and the like: the gRPC status name, for error messages."""
     code = exc.code() if hasattr(exc, "code") else None

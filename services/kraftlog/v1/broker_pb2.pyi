@@ -78,6 +78,26 @@ REPLICA_STATE_NON_EXISTENT_REPLICA: ReplicaState.ValueType  # 7
 """Not hosted here."""
 Global___ReplicaState: _TypeAlias = ReplicaState  # noqa: Y015
 
+class _CoordinatorKeyType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CoordinatorKeyTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CoordinatorKeyType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    COORDINATOR_KEY_TYPE_GROUP: _CoordinatorKeyType.ValueType  # 0
+    """A consumer group id."""
+    COORDINATOR_KEY_TYPE_TRANSACTION: _CoordinatorKeyType.ValueType  # 1
+    """A transactional id (not supported: INVALID_REQUEST)."""
+
+class CoordinatorKeyType(_CoordinatorKeyType, metaclass=_CoordinatorKeyTypeEnumTypeWrapper):
+    """Kafka FindCoordinatorRequest key types."""
+
+COORDINATOR_KEY_TYPE_GROUP: CoordinatorKeyType.ValueType  # 0
+"""A consumer group id."""
+COORDINATOR_KEY_TYPE_TRANSACTION: CoordinatorKeyType.ValueType  # 1
+"""A transactional id (not supported: INVALID_REQUEST)."""
+Global___CoordinatorKeyType: _TypeAlias = CoordinatorKeyType  # noqa: Y015
+
 @_typing.final
 class ProduceRequest(_message.Message):
     """Kafka ProduceRequest v11 (no transactions)."""
@@ -1372,8 +1392,17 @@ class OffsetCommitRequest(_message.Message):
 
     GROUP_ID_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    GENERATION_ID_OR_MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
     """The group id; empty answers INVALID_GROUP_ID."""
+    generation_id_or_member_epoch: _builtins.int
+    """The member's generation; unset or -1 for a simple consumer (no group
+    membership, Kafka's commit for a group without members). Groups have no
+    members here, so a generation >= 0 answers ILLEGAL_GENERATION.
+    """
+    member_id: _builtins.str
+    """The member id; ignored for a simple consumer."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetCommitRequest.OffsetCommitRequestTopic]:
         """The offsets, by topic."""
@@ -1383,12 +1412,16 @@ class OffsetCommitRequest(_message.Message):
         *,
         group_id: _builtins.str = ...,
         topics: _abc.Iterable[Global___OffsetCommitRequest.OffsetCommitRequestTopic] | None = ...,
+        generation_id_or_member_epoch: _builtins.int | None = ...,
+        member_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_generation_id_or_member_epoch", b"_generation_id_or_member_epoch", "generation_id_or_member_epoch", b"generation_id_or_member_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_generation_id_or_member_epoch", b"_generation_id_or_member_epoch", "generation_id_or_member_epoch", b"generation_id_or_member_epoch", "group_id", b"group_id", "member_id", b"member_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__generation_id_or_member_epoch: _TypeAlias = _typing.Literal["generation_id_or_member_epoch"]  # noqa: Y015
+    _WhichOneofArgType__generation_id_or_member_epoch: _TypeAlias = _typing.Literal["_generation_id_or_member_epoch", b"_generation_id_or_member_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__generation_id_or_member_epoch) -> _WhichOneofReturnType__generation_id_or_member_epoch | None: ...
 
 Global___OffsetCommitRequest: _TypeAlias = OffsetCommitRequest  # noqa: Y015
 
@@ -1410,7 +1443,11 @@ class OffsetCommitResponse(_message.Message):
         """The partition index."""
         @_builtins.property
         def error(self) -> _common_pb2.Error:
-            """NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, REQUEST_TIMED_OUT."""
+            """NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, REQUEST_TIMED_OUT
+            (the offset may still be stored), INVALID_COMMIT_OFFSET_SIZE (the records were
+            too large for the log), INVALID_REQUEST (a negative offset, a partition given
+            twice), or the group-wide error repeated (as Kafka answers it per partition).
+            """
 
         def __init__(
             self,
@@ -1456,7 +1493,8 @@ class OffsetCommitResponse(_message.Message):
     @_builtins.property
     def error(self) -> _common_pb2.Error:
         """Group-wide outcome: NONE, INVALID_GROUP_ID, NOT_COORDINATOR (see
-        coordinator), COORDINATOR_LOAD_IN_PROGRESS; when not NONE, nothing was stored.
+        coordinator), COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+        ILLEGAL_GENERATION; when not NONE, nothing was stored.
         """
 
     @_builtins.property
@@ -1698,3 +1736,102 @@ class InitProducerIdResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorRequest(_message.Message):
+    """Kafka FindCoordinatorRequest v4 (several keys per request).
+
+    For a group, the coordinator is the leader of partition
+    abs(javaHashCode(group_id)) % offsets.topic.num.partitions of
+    __consumer_offsets. The first request creates that topic (compacted) through
+    the active controller and answers COORDINATOR_NOT_AVAILABLE until it has a
+    leader.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_TYPE_FIELD_NUMBER: _builtins.int
+    COORDINATOR_KEYS_FIELD_NUMBER: _builtins.int
+    key_type: Global___CoordinatorKeyType.ValueType
+    """The kind of keys."""
+    @_builtins.property
+    def coordinator_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The group ids; an empty one answers INVALID_REQUEST for that key."""
+
+    def __init__(
+        self,
+        *,
+        key_type: Global___CoordinatorKeyType.ValueType = ...,
+        coordinator_keys: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_keys", b"coordinator_keys", "key_type", b"key_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorRequest: _TypeAlias = FindCoordinatorRequest  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorResponse(_message.Message):
+    """Kafka FindCoordinatorResponse v4."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Coordinator(_message.Message):
+        """One key's coordinator."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        NODE_ID_FIELD_NUMBER: _builtins.int
+        HOST_FIELD_NUMBER: _builtins.int
+        PORT_FIELD_NUMBER: _builtins.int
+        ERROR_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        """The key asked for."""
+        node_id: _builtins.int
+        """The coordinator's node id, -1 on error."""
+        host: _builtins.str
+        """The coordinator's host, empty on error."""
+        port: _builtins.int
+        """The coordinator's port, -1 on error."""
+        @_builtins.property
+        def error(self) -> _common_pb2.Error:
+            """NONE, COORDINATOR_NOT_AVAILABLE (no leader yet, or the topic is being
+            created: retry), INVALID_REQUEST (empty key, unsupported key type).
+            """
+
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            node_id: _builtins.int = ...,
+            host: _builtins.str = ...,
+            port: _builtins.int = ...,
+            error: _common_pb2.Error | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "host", b"host", "key", b"key", "node_id", b"node_id", "port", b"port"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    COORDINATORS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def coordinators(self) -> _containers.RepeatedCompositeFieldContainer[Global___FindCoordinatorResponse.Coordinator]:
+        """One per key, in request order."""
+
+    def __init__(
+        self,
+        *,
+        coordinators: _abc.Iterable[Global___FindCoordinatorResponse.Coordinator] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinators", b"coordinators"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015

@@ -86,6 +86,11 @@ class BrokerServiceStub:
                 request_serializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/kraftlog.v1.BrokerService/FindCoordinator',
+                request_serializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -165,6 +170,14 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindCoordinator(self, request, context):
+        """The broker coordinating a group: the leader of the group's
+        __consumer_offsets partition (created on first use).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +230,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdRequest.FromString,
                     response_serializer=kraftlog_dot_v1_dot_broker__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -491,6 +509,33 @@ class BrokerService:
             '/kraftlog.v1.BrokerService/InitProducerId',
             kraftlog_dot_v1_dot_broker__pb2.InitProducerIdRequest.SerializeToString,
             kraftlog_dot_v1_dot_broker__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kraftlog.v1.BrokerService/FindCoordinator',
+            kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
+            kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
             options,
             channel_credentials,
             insecure,

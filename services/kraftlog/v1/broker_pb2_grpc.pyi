@@ -73,6 +73,10 @@ class BrokerServiceStub:
     """A producer id and epoch for an idempotent producer (KIP-98), from a block
     of ids this broker got from the active controller (AllocateProducerIds).
     """
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]
+    """The broker coordinating a group: the leader of the group's
+    __consumer_offsets partition (created on first use).
+    """
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -104,6 +108,10 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     InitProducerId: _aio.UnaryUnaryMultiCallable[_broker_pb2.InitProducerIdRequest, _broker_pb2.InitProducerIdResponse]  # type: ignore[assignment]
     """A producer id and epoch for an idempotent producer (KIP-98), from a block
     of ids this broker got from the active controller (AllocateProducerIds).
+    """
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """The broker coordinating a group: the leader of the group's
+    __consumer_offsets partition (created on first use).
     """
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -193,6 +201,16 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_broker_pb2.InitProducerIdResponse, _abc.Awaitable[_broker_pb2.InitProducerIdResponse]]:
         """A producer id and epoch for an idempotent producer (KIP-98), from a block
         of ids this broker got from the active controller (AllocateProducerIds).
+        """
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _broker_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.FindCoordinatorResponse, _abc.Awaitable[_broker_pb2.FindCoordinatorResponse]]:
+        """The broker coordinating a group: the leader of the group's
+        __consumer_offsets partition (created on first use).
         """
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
