@@ -58,3 +58,35 @@ def test_new_replicas_spread_over_log_dirs_and_deletion_removes_the_directory(
     assert not any(p.name.endswith("-delete") for d in dirs for p in d.iterdir())
     logs.write_checkpoints({TopicPartition(topic=TP.topic, partition=1): 0})
     logs.close([second])
+
+
+def test_recovery_points_and_log_start_offsets_survive_a_restart(tmp_path: pathlib.Path) -> None:
+    logs = local_logs([tmp_path])
+    partition = logs.open_partition(INFO)
+    partition.make_leader(leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,), now_ms=1)
+    for value in (b"a", b"b", b"c"):
+        assert partition.append_records_to_leader(batch(value), required_acks=1,
+                                                  now_ms=1).error is ErrorCode.NONE
+    # The log start moves inside the only segment (a follower following its leader's start).
+    assert partition.maybe_increment_log_start_offset(1)
+    logs.write_checkpoints({TP: partition.high_watermark})
+    logs.close([partition])
+    logs.write_log_checkpoints([partition])
+    assert (tmp_path / process.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()[2:] == [
+        f"{TP.topic} 0 3"]
+
+    again = local_logs([tmp_path])
+    again.recover_all()
+    reopened = again.open_partition(INFO)
+    assert reopened.log.log_start_offset == 1, "not the segment's base offset 0"
+    assert reopened.log.recovery_point == 3, "everything was flushed: nothing to re-scan"
+    again.close([reopened])
+
+    # Without the files (a broker before this change) the log is recovered from scratch.
+    (tmp_path / process.RECOVERY_POINT_CHECKPOINT).unlink()
+    (tmp_path / process.LOG_START_CHECKPOINT).unlink()
+    third = local_logs([tmp_path])
+    third.recover_all()
+    fresh = third.open_partition(INFO)
+    assert (fresh.log.log_start_offset, fresh.log_end_offset) == (0, 3)
+    third.close([fresh])

@@ -62,7 +62,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -103,6 +103,11 @@ logger = logging.getLogger(__name__)
 BROKER_SERVICE_NAME = "kraftlog.v1.BrokerService"
 LIVENESS_SERVICE_NAME = "liveness"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+"""Per log dir: each log's flushed offset; a restart CRC-scans only what lies past it."""
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+"""Per log dir: each log's start offset (it may sit inside a segment after a leader's
+log start moved, which the segments alone cannot say)."""
 RECONCILE_INTERVAL_S = 10.0
 METRICS_SAMPLE_INTERVAL_S = 1.0
 SHUTDOWN_GRACE_S = 1.0
@@ -277,6 +282,9 @@ class LocalLogs:
             found: dict[TopicPartition, tuple[storage_log.Log, leader_epoch.LeaderEpochFileCache]] = {}
             try:
                 hws = checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).read()
+                recovery_points = checkpoint.OffsetCheckpointFile(
+                    log_dir / RECOVERY_POINT_CHECKPOINT).read()
+                log_starts = checkpoint.OffsetCheckpointFile(log_dir / LOG_START_CHECKPOINT).read()
                 for child in sorted(log_dir.iterdir()):
                     if not child.is_dir() or child.name.startswith("__cluster_metadata"):
                         continue
@@ -284,9 +292,11 @@ class LocalLogs:
                         tp = parse_dir_name(child.name)
                     except ValueError:
                         continue
-                    logger.info("broker=%d partition=%s event=log_recovery state=RECOVERY dir=%s",
-                                self.broker_id, tp, child)
-                    found[tp] = self._open_log(child)
+                    logger.info("broker=%d partition=%s event=log_recovery state=RECOVERY dir=%s "
+                                "recovery_point=%d", self.broker_id, tp, child,
+                                recovery_points.get(tp, 0))
+                    found[tp] = self._open_log(child, recovery_point=recovery_points.get(tp, 0),
+                                               log_start_offset=log_starts.get(tp, 0))
             except OSError as exc:
                 for log, _cache in found.values():
                     log.close_handlers()
@@ -300,11 +310,14 @@ class LocalLogs:
         logger.info("broker=%d event=logs_recovered count=%d elapsed_ms=%d", self.broker_id,
                     len(self._recovered), (time.monotonic() - started) * 1000)
 
-    def _open_log(self, directory: pathlib.Path
+    def _open_log(self, directory: pathlib.Path, *, recovery_point: int = 0,
+                  log_start_offset: int = 0
                   ) -> tuple[storage_log.Log, leader_epoch.LeaderEpochFileCache]:
         directory.mkdir(parents=True, exist_ok=True)
         cache = leader_epoch.LeaderEpochFileCache(directory / "leader-epoch-checkpoint")
-        log = storage_log.Log.open(directory, self.log_config, now_ms=wall_ms(), epoch_cache=cache)
+        log = storage_log.Log.open(directory, self.log_config, now_ms=wall_ms(), epoch_cache=cache,
+                                   recovery_point=recovery_point,
+                                   log_start_offset=log_start_offset)
         return log, cache
 
     def _config_for(self, topic: str) -> partition_mod.PartitionConfig:
@@ -364,6 +377,24 @@ class LocalLogs:
                 checkpoint.OffsetCheckpointFile(log_dir / REPLICATION_CHECKPOINT).write(mine)
             except OSError as exc:
                 self.on_dir_failure(dir_key(log_dir), f"writing {REPLICATION_CHECKPOINT}: {exc}")
+
+    def write_log_checkpoints(self, partitions: Iterable[partition_mod.Partition]) -> None:
+        """Each online log dir's recovery points and log start offsets (Kafka's
+        ``recovery-point-offset-checkpoint`` / ``log-start-offset-checkpoint``)."""
+        by_dir: dict[pathlib.Path, list[partition_mod.Partition]] = {
+            d: [] for d in self._online_dirs()}
+        for partition in partitions:
+            log_dir = self._dir_of.get(partition.topic_partition)
+            if log_dir in by_dir:
+                by_dir[log_dir].append(partition)
+        for log_dir, mine in by_dir.items():
+            try:
+                checkpoint.OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+                    {p.topic_partition: p.log.recovery_point for p in mine})
+                checkpoint.OffsetCheckpointFile(log_dir / LOG_START_CHECKPOINT).write(
+                    {p.topic_partition: p.log.log_start_offset for p in mine})
+            except OSError as exc:
+                self.on_dir_failure(dir_key(log_dir), f"writing the log checkpoints: {exc}")
 
     def close(self, partitions: list[partition_mod.Partition]) -> None:
         offline = self.offline()
@@ -693,6 +724,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                     f"every log dir is offline ({', '.join(sorted(manager.offline_log_dirs))}): "
                     "replace the failed disks and restart the broker")
             logs.write_checkpoints(manager.high_watermarks())
+            logs.write_log_checkpoints(p for tp, p in manager.partitions.items()
+                                       if not manager.is_offline(tp))
             now = time.monotonic()
             if now - last_reconcile >= RECONCILE_INTERVAL_S:
                 last_reconcile = now
@@ -761,6 +794,10 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await grpc_server.stop(SHUTDOWN_GRACE_S)
         logs.write_checkpoints(manager.high_watermarks())
         logs.close(list(manager.partitions.values()))
+        # After the flush of close: every recovery point is its log end, so the next start
+        # scans nothing (Kafka's clean-shutdown path).
+        logs.write_log_checkpoints(p for tp, p in manager.partitions.items()
+                                   if not manager.is_offline(tp))
         if registry is not None:
             registry.close()
         if shut_down_cleanly:
