@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable
 
 from broker_harness import TOPIC_ID, TP, batch
 
@@ -10,6 +11,7 @@ from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import process
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
+from kraftlog.metadata import records as r
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.topic_partition import TopicPartition
 
@@ -17,13 +19,19 @@ INFO = im.PartitionInfo(topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=0,
                         registration=im.PartitionRegistration(replicas=(1,), isr=(1,), leader=1))
 
 
-def local_logs(dirs: list[pathlib.Path]) -> process.LocalLogs:
+def local_logs(dirs: list[pathlib.Path],
+               image: Callable[[], im.MetadataImage] = lambda: im.EMPTY) -> process.LocalLogs:
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
     return process.LocalLogs(broker_id=1, log_dirs=dirs,
                              log_config=LogConfig(segment_index_bytes=64 * 1024),
                              partition_config=partition_mod.PartitionConfig(),
-                             image=lambda: im.EMPTY)
+                             image=image)
+
+
+def image_with(topic_configs: dict[str, str]) -> im.MetadataImage:
+    resource = im.ConfigResource(resource_type=r.ConfigResourceType.TOPIC, resource_name=TP.topic)
+    return im.MetadataImage(configs=im.ConfigsImage(resources={resource: topic_configs}))
 
 
 def test_restart_recovers_the_log_and_its_checkpointed_high_watermark(
@@ -90,3 +98,29 @@ def test_recovery_points_and_log_start_offsets_survive_a_restart(tmp_path: pathl
     fresh = third.open_partition(INFO)
     assert (fresh.log.log_start_offset, fresh.log_end_offset) == (0, 3)
     third.close([fresh])
+
+
+def test_a_topics_configs_govern_its_logs_and_changes_reach_hosted_ones(tmp_path: pathlib.Path) -> None:
+    image = image_with({"segment.bytes": "1048576", "retention.ms": "60000",
+                        "min.insync.replicas": "2", "max.message.bytes": "2048"})
+    logs = local_logs([tmp_path], image=lambda: image)
+    partition = logs.open_partition(INFO)
+    assert (partition.log.config.segment_bytes, partition.log.config.retention_ms) == (1048576, 60000)
+    assert partition.log.config.segment_index_bytes == 64 * 1024, "the broker's value stays"
+    assert (partition.config.min_insync_replicas, partition.config.max_message_bytes) == (2, 2048)
+
+    image = image_with({"retention.ms": "-1"})  # an AlterConfigs removed the other overrides
+    logs.apply_topic_configs([partition])
+    assert partition.log.config.retention_ms == -1
+    assert partition.log.config.segment_bytes == LogConfig().segment_bytes
+    assert partition.config == partition_mod.PartitionConfig()
+    logs.close([partition])
+
+    # A bad value (the controller validates, but a record from an older version might not)
+    # falls back to the broker's settings rather than failing the replica.
+    image = image_with({"segment.bytes": "lots"})
+    again = local_logs([tmp_path], image=lambda: image)
+    again.recover_all()
+    reopened = again.open_partition(INFO)
+    assert reopened.log.config.segment_bytes == LogConfig().segment_bytes
+    again.close([reopened])

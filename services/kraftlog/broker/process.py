@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import pathlib
@@ -311,24 +312,43 @@ class LocalLogs:
                     len(self._recovered), (time.monotonic() - started) * 1000)
 
     def _open_log(self, directory: pathlib.Path, *, recovery_point: int = 0,
-                  log_start_offset: int = 0
+                  log_start_offset: int = 0, config: LogConfig | None = None
                   ) -> tuple[storage_log.Log, leader_epoch.LeaderEpochFileCache]:
         directory.mkdir(parents=True, exist_ok=True)
         cache = leader_epoch.LeaderEpochFileCache(directory / "leader-epoch-checkpoint")
-        log = storage_log.Log.open(directory, self.log_config, now_ms=wall_ms(), epoch_cache=cache,
+        log = storage_log.Log.open(directory, config or self.log_config, now_ms=wall_ms(),
+                                   epoch_cache=cache,
                                    recovery_point=recovery_point,
                                    log_start_offset=log_start_offset)
         return log, cache
 
-    def _config_for(self, topic: str) -> partition_mod.PartitionConfig:
+    def partition_config_for(self, topic: str) -> partition_mod.PartitionConfig:
+        """The broker's partition settings with the topic's ``min.insync.replicas`` and
+        ``max.message.bytes`` over them."""
         configs = self._image().configs.topic_configs(topic)
-        value = configs.get("min.insync.replicas")
-        if value is None or not value.isdigit() or int(value) < 1:
-            return self.partition_config
-        return partition_mod.PartitionConfig(
-            replica_lag_time_max_ms=self.partition_config.replica_lag_time_max_ms,
-            min_insync_replicas=int(value),
-            max_message_bytes=self.partition_config.max_message_bytes)
+        overrides: dict[str, int] = {}
+        for key, name in (("min.insync.replicas", "min_insync_replicas"),
+                          ("max.message.bytes", "max_message_bytes")):
+            value = configs.get(key)
+            if value is not None and value.isdigit() and int(value) >= 1:
+                overrides[name] = int(value)
+        return dataclasses.replace(self.partition_config, **overrides)  # type: ignore[arg-type]
+
+    def log_config_for(self, topic: str) -> LogConfig:
+        """The broker's ``log.*`` settings with the topic's (``segment.bytes``,
+        ``retention.ms``, ...) over them, as Kafka builds each log's LogConfig."""
+        try:
+            return self.log_config.with_overrides(self._image().configs.topic_configs(topic))
+        except errors.ConfigError as exc:
+            logger.warning("broker=%d topic=%s event=invalid_topic_config error=%r action=defaults",
+                           self.broker_id, topic, str(exc))
+            return self.log_config
+
+    def apply_topic_configs(self, partitions: Iterable[partition_mod.Partition]) -> None:
+        """Topic configs changed: every hosted log and partition takes its topic's new ones."""
+        for partition in partitions:
+            partition.log.reconfigure(self.log_config_for(partition.topic))
+            partition.config = self.partition_config_for(partition.topic)
 
     def open_partition(self, info: im.PartitionInfo) -> partition_mod.Partition:
         tp = TopicPartition(topic=info.topic_name, partition=info.partition_id)
@@ -344,15 +364,17 @@ class LocalLogs:
                 counts[d] = counts.get(d, 0) + 1
             log_dir = min(online, key=lambda d: counts[d])
             try:
-                opened = self._open_log(log_dir / tp.dir_name)
+                opened = self._open_log(log_dir / tp.dir_name,
+                                        config=self.log_config_for(info.topic_name))
             except OSError as exc:
                 self.on_dir_failure(dir_key(log_dir), f"creating the log of {tp}: {exc}")
                 raise
             self._dir_of[tp] = log_dir
         log, cache = opened
+        log.reconfigure(self.log_config_for(info.topic_name))  # recovered with the defaults
         return partition_mod.Partition(
             info.topic_id, info.topic_name, info.partition_id, log, epoch_cache=cache,
-            local_broker_id=self.broker_id, config=self._config_for(info.topic_name),
+            local_broker_id=self.broker_id, config=self.partition_config_for(info.topic_name),
             high_watermark=self._high_watermarks.pop(tp, 0),
             is_replica_isr_eligible=self._is_replica_isr_eligible)
 
@@ -425,8 +447,11 @@ class _Publisher:
     def __init__(self, reconciler: rc.Reconciler, fetchers: fetcher_driver.ReplicaFetcherManager,
                  data: server.DataPlane, on_image: Callable[[], None],
                  tracer: trace.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
-                 cluster_id: str = "") -> None:
+                 cluster_id: str = "",
+                 on_configs: Callable[[Iterable[partition_mod.Partition]], None] | None = None,
+                 ) -> None:
         self.reconciler = reconciler
+        self._on_configs = on_configs
         self.cluster_id = cluster_id
         self._metadata_offset = -1
         self.quotas = quotas
@@ -438,6 +463,10 @@ class _Publisher:
     def on_metadata_update(self, delta: dl.MetadataDelta, image: im.MetadataImage) -> None:
         if delta.configs_delta is not None:
             self.apply_throttles(image)
+            if self._on_configs is not None:
+                manager = self.reconciler.manager
+                self._on_configs(p for tp, p in manager.partitions.items()
+                                 if not manager.is_offline(tp))
         result = self.reconciler.apply_delta(delta, image, now_ms=wall_ms())
         self._metadata_offset = image.provenance.last_offset
         self.apply(result)
@@ -610,7 +639,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes")), quota=follower_quota)
     publisher = _Publisher(reconciler, fetchers, data, on_image=health_changed.set,
                            tracer=tracer.tracer, quotas=(leader_quota, follower_quota),
-                           cluster_id=cluster_id)
+                           cluster_id=cluster_id, on_configs=logs.apply_topic_configs)
     loader.add_publisher(publisher)
 
     async def create_topics(request: Any, deadline_s: float) -> Any:

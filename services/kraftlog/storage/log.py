@@ -226,6 +226,11 @@ class Log:
     def config(self) -> LogConfig:
         return self._config
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Use ``config`` from now on (a topic's configs changed): it governs the next roll,
+        retention and flush; segments already written keep their index files."""
+        self._config = config
+
     @property
     def log_start_offset(self) -> int:
         return self._log_start_offset

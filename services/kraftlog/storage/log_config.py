@@ -151,25 +151,36 @@ class LogConfig:
 
         Raises ConfigError naming the key for a value that is not an integer.
         """
-        values: dict[str, int | TimestampType | None] = {}
-        for key in ("log.message.timestamp.type", "message.timestamp.type"):
-            if key in props:
-                name = str(props[key]).strip()
-                if name not in _TIMESTAMP_TYPE_NAMES:
-                    raise ConfigError(
-                        f"config {key} must be one of {', '.join(_TIMESTAMP_TYPE_NAMES)}, got {props[key]!r}")
-                values["message_timestamp_type"] = _TIMESTAMP_TYPE_NAMES[name]
-        for key, (field, unit_ms) in _COARSE_FIELDS.items():
-            if key in props:
-                values[field] = _parse_int(key, props[key]) * unit_ms
-        for key, field in _PROPERTY_FIELDS.items():
-            if key in props:
-                raw = props[key]
-                if field == "flush_interval_ms" and str(raw).strip().lower() in ("", "null"):
-                    values[field] = None
-                else:
-                    values[field] = _parse_int(key, raw)
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**_values_from(props))  # type: ignore[arg-type]
+
+    def with_overrides(self, props: Mapping[str, str | int]) -> LogConfig:
+        """This config with the settings ``props`` names replaced (a topic's configs over the
+        broker's defaults, as Kafka builds a log's LogConfig); ConfigError for a bad value."""
+        values = _values_from(props)
+        return dataclasses.replace(self, **values) if values else self  # type: ignore[arg-type]
+
+
+def _values_from(props: Mapping[str, str | int]) -> dict[str, int | TimestampType | None]:
+    """The LogConfig fields ``props`` sets, parsed."""
+    values: dict[str, int | TimestampType | None] = {}
+    for key in ("log.message.timestamp.type", "message.timestamp.type"):
+        if key in props:
+            name = str(props[key]).strip()
+            if name not in _TIMESTAMP_TYPE_NAMES:
+                raise ConfigError(
+                    f"config {key} must be one of {', '.join(_TIMESTAMP_TYPE_NAMES)}, got {props[key]!r}")
+            values["message_timestamp_type"] = _TIMESTAMP_TYPE_NAMES[name]
+    for key, (field, unit_ms) in _COARSE_FIELDS.items():
+        if key in props:
+            values[field] = _parse_int(key, props[key]) * unit_ms
+    for key, field in _PROPERTY_FIELDS.items():
+        if key in props:
+            raw = props[key]
+            if field == "flush_interval_ms" and str(raw).strip().lower() in ("", "null"):
+                values[field] = None
+            else:
+                values[field] = _parse_int(key, raw)
+    return values
 
 
 def _parse_int(key: str, raw: str | int) -> int:
