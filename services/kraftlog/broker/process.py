@@ -73,7 +73,7 @@ from opentelemetry import trace
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, server
+from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
@@ -197,6 +197,7 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
     *gcd.CONFIG_KEYS,
+    *log_cleaner.CONFIG_KEYS,
     *metrics.CONFIG_KEYS,
     *log_setup.CONFIG_KEYS,
 ])
@@ -745,6 +746,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         interval_s = cfg.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000
         retention_s = cfg.get_int("log.retention.check.interval.ms") / 1000
         last_reconcile = last_retention = time.monotonic()
+        cleaner = log_cleaner.LogCleaner.from_config(cfg, image=lambda: loader.image, broker_id=node_id)
         while True:
             await asyncio.sleep(min(interval_s, retention_s))
             if len(manager.offline_log_dirs) >= len(log_dirs):
@@ -763,12 +765,24 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             if now - last_retention >= retention_s:
                 last_retention = now
                 for tp, partition in online.items():
+                    if not cleaner.deletes_old_segments(tp.topic):
+                        continue  # cleanup.policy=compact only: the cleaner keeps it small
                     # Never past the high watermark (followers may still need the data);
                     # the partition forgets producers whose batches all went.
                     try:
                         partition.delete_old_segments(wall_ms())
                     except OSError as exc:
                         manager.handle_storage_error(tp, exc)
+            # Compaction (cleanup.policy=compact): planned and swapped in on this loop, which
+            # owns every log; the decoding and rewriting in a worker thread. Backs off
+            # log.cleaner.backoff.ms when no log is due.
+            online = {tp: p for tp, p in online.items() if not manager.is_offline(tp)}
+            try:
+                planned = cleaner.plan(list(online.values()), wall_ms())
+                if planned:
+                    cleaner.commit(await asyncio.to_thread(log_cleaner.prepare, planned), wall_ms())
+            except OSError as exc:
+                logger.error("broker=%d event=log_cleaner_io_error error=%r", node_id, str(exc))
 
     async def sample_metrics(sink: bm.BrokerMetrics) -> None:
         quotas = (("leader", leader_quota), ("follower", follower_quota))

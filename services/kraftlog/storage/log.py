@@ -655,6 +655,76 @@ class Log:
         self._recovery_point = max(self._recovery_point, min(new_start, self.log_end_offset))
         return len(deletable)
 
+    # ================================================================== compaction (storage.cleaner)
+
+    def segment_handles(self) -> tuple[LogSegment, ...]:
+        """The live segments, oldest first; the last is the active one. For :mod:`kraftlog.storage.cleaner` only.
+
+        A handle is valid until the next call that changes the segment list
+        (roll, retention, truncation, :meth:`replace_segments`); callers on
+        the owner's thread use it within one synchronous step.
+        """
+        self._check_open()
+        return tuple(self._segments)
+
+    def replace_segments(self, cleaned_log_path: str, old: Sequence[LogSegment], *, now_ms: int,
+                         on_step: Callable[[str], None] | None = None) -> LogSegment:
+        """Swap a cleaned ``<base>.log.cleaned`` file in for ``old``, a run of inactive segments (Kafka's replaceSegments).
+
+        ``base`` is ``old[0].base_offset``; the cleaned file must be fsynced
+        and hold exactly the offsets [base, old[-1].next_offset) (the cleaner
+        keeps every offset covered). Steps, each survivable by a crash because
+        :func:`_remove_temp_files_and_complete_swaps` finishes them on open:
+        rename ``.cleaned`` -> ``.log.swap``; delete the old segments (each
+        via ``.deleted``); rename ``.swap`` -> ``.log``; rebuild both indexes
+        from a CRC scan of the new file. ``on_step(name)`` runs after each step
+        ("swap", "delete:<base>", "rename"); tests raise from it to crash there.
+        Raises InvariantViolation if ``old`` is not a run of inactive segments.
+        An OSError part-way leaves this object behind the files: the log must
+        be reopened (Kafka takes the log dir offline), which completes the swap.
+        """
+        self._check_open()
+        if not old:
+            raise InvariantViolation(f"{self._directory}: replace_segments needs at least one segment")
+        first = next((i for i, seg in enumerate(self._segments) if seg is old[0]), None)
+        if (first is None or first + len(old) >= len(self._segments)
+                or any(a is not b for a, b in zip(self._segments[first:first + len(old)], old, strict=True))):
+            raise InvariantViolation(
+                f"{self._directory}: segments {[s.base_offset for s in old]} are not a run of inactive segments "
+                f"of this log ({self._bases})")
+        base = old[0].base_offset
+        end_offset = old[-1].next_offset
+        log_name = segment_mod.file_name(base, segment_mod.LOG_SUFFIX)
+        expected = os.path.join(self._directory, log_name + segment_mod.CLEANED_SUFFIX)
+        if os.path.abspath(cleaned_log_path) != os.path.abspath(expected):
+            raise InvariantViolation(f"{self._directory}: cleaned file {cleaned_log_path} should be {expected}")
+        swap_path = os.path.join(self._directory, log_name + segment_mod.SWAP_SUFFIX)
+        step = on_step if on_step is not None else _no_step
+        os.replace(cleaned_log_path, swap_path)
+        atomic_file.fsync_dir(self._directory)
+        step("swap")
+        for seg in old:
+            seg.delete()
+            step(f"delete:{seg.base_offset}")
+        atomic_file.fsync_dir(self._directory)
+        os.replace(swap_path, os.path.join(self._directory, log_name))
+        atomic_file.fsync_dir(self._directory)
+        step("rename")
+        new = LogSegment.open_existing(self._directory, base, config=self._config, now_ms=now_ms)
+        try:
+            # Every offset of the old run must be covered: a short file is a
+            # corrupt cleaning output and raises instead of being cut.
+            new.recover(min_valid_offset=end_offset)
+            new.flush()
+        except BaseException:
+            new.close_handles()
+            raise
+        self._segments[first:first + len(old)] = [new]
+        self._bases[first:first + len(old)] = [base]
+        logger.info("log=%s event=replace_segments base_offset=%d replaced=%d size=%d next_offset=%d",
+                    self._directory, base, len(old), new.size, new.next_offset)
+        return new
+
     # ================================================================== flush / close
 
     def flush(self, offset: int | None = None) -> None:
@@ -708,6 +778,10 @@ class Log:
         for seg in self._segments:
             seg.close_handles()
         self._closed = True
+
+
+def _no_step(_name: str) -> None:
+    """The default ``on_step`` of :meth:`Log.replace_segments`."""
 
 
 def _set_log_append_time(view: memoryview, stamp: record_batch.StampedRange,
