@@ -33,12 +33,9 @@ import signal
 from typing import Any
 
 import grpc.aio
-from grpc_health.v1 import health as grpc_health
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from kraftlog import config as kconfig
-from kraftlog import errors
+from kraftlog import errors, health_server
 from kraftlog.admin import admin_service, quorum_commands
 from kraftlog.raft import transport
 from kraftlog.raft.raft_config import parse_voters
@@ -49,7 +46,6 @@ from kraftlog.v1 import admin_pb2
 logger = logging.getLogger(__name__)
 
 ADMIN_SERVICE_NAME = "kraftlog.v1.AdminService"
-LIVENESS_SERVICE_NAME = "liveness"
 DEFAULT_LISTENER = "ADMIN://0.0.0.0:19090"
 SHUTDOWN_GRACE_S = 1.0
 
@@ -150,11 +146,7 @@ async def _serve(settings: admin_service.AdminSettings, listen: str, *,
         grpc_tracing.DataPathInterceptor(tracer.tracer if tracer.enabled else None,
                                          sink.observe_request, methods=ADMIN_METHODS)])
     admin_service.add_to_server(servicer, server)
-    health = grpc_health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (ADMIN_SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME), server)
+    health = health_server.ServerHealth(server, service=ADMIN_SERVICE_NAME)
     try:
         port = server.add_insecure_port(listen)
     except RuntimeError as exc:
@@ -162,8 +154,7 @@ async def _serve(settings: admin_service.AdminSettings, listen: str, *,
     if port == 0:
         raise errors.ConfigError(f"cannot listen on {listen}")
     await server.start()
-    for service in ("", LIVENESS_SERVICE_NAME, ADMIN_SERVICE_NAME):
-        await health.set(service, health_pb2.HealthCheckResponse.SERVING)
+    await health.start(serving=True)  # stateless: ready as soon as it listens
     logger.info("event=started role=admin listener=%s controllers=%s pid=%s", listen,
                 ",".join(settings.bootstrap_controllers), os.getpid())
     stop = asyncio.Event()
@@ -174,7 +165,7 @@ async def _serve(settings: admin_service.AdminSettings, listen: str, *,
         await stop.wait()
         logger.info("event=shutdown role=admin")
     finally:
-        await health.enter_graceful_shutdown()
+        await health.shutdown()
         await server.stop(SHUTDOWN_GRACE_S)
         await locator.close()
     return 0

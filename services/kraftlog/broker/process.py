@@ -66,13 +66,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import grpc
-from grpc_health.v1 import health as grpc_health
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from opentelemetry import trace
-
 from kraftlog import config as kconfig
-from kraftlog import errors
+from kraftlog import errors, health_server
 from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
@@ -85,7 +80,7 @@ from kraftlog.metadata import image as im
 from kraftlog.metadata import loader as ld
 from kraftlog.metadata import record_convert
 from kraftlog.raft import commands as raft_commands
-from kraftlog.raft import driver, shared_driver, transport
+from kraftlog.raft import driver, shared_driver
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
@@ -102,7 +97,6 @@ from kraftlog.v1 import common_pb2, controller_pb2
 logger = logging.getLogger(__name__)
 
 BROKER_SERVICE_NAME = "kraftlog.v1.BrokerService"
-LIVENESS_SERVICE_NAME = "liveness"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 """Per log dir: each log's flushed offset; a restart CRC-scans only what lies past it."""
@@ -447,7 +441,7 @@ class _Publisher:
 
     def __init__(self, reconciler: rc.Reconciler, fetchers: fetcher_driver.ReplicaFetcherManager,
                  data: server.DataPlane, on_image: Callable[[], None],
-                 tracer: trace.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
+                 tracer: tracing.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
                  cluster_id: str = "",
                  on_configs: Callable[[Iterable[partition_mod.Partition]], None] | None = None,
                  ) -> None:
@@ -589,7 +583,6 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     leader_quota = rq.ReplicationQuota(rq.QuotaType.LEADER, window=quota_window)
     follower_quota = rq.ReplicationQuota(rq.QuotaType.FOLLOWER, window=quota_window)
     manager = rm.ReplicaManager(broker_id=node_id, leader_quota=leader_quota)
-    health = grpc_health.aio.HealthServicer()
     health_changed = asyncio.Event()
     alter_wakeup = asyncio.Event()
     data = server.DataPlane(manager, now_ms=wall_ms, on_alter_partition=alter_wakeup.set)
@@ -670,11 +663,6 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     metrics_port = cfg.get_int("kraftlog.metrics.port") if shared is None else 0
     registry = metrics.MetricsRegistry() if metrics_port else None
     broker_metrics = bm.BrokerMetrics(registry.registry) if registry is not None else None
-    grpc_server: Any = grpc.aio.server(
-        options=transport.server_options(),
-        interceptors=grpc_tracing.data_path_interceptors(
-            tracer.tracer if tracer.enabled else None,
-            broker_metrics.observe_request if broker_metrics is not None else None) or None)
     producer_id_allocator = controller_client.ProducerIdAllocator(client, lifecycle)
 
     async def allocate_producer_id(deadline_s: float) -> tuple[ErrorCode, int, str]:
@@ -687,8 +675,10 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      log_dirs=[str(d) for d in log_dirs],
                                      ready=lambda: lifecycle.ready,
                                      producer_ids=allocate_producer_id, groups=groups)
-    server.add_to_server(servicer, grpc_server)
-    health_pb2_grpc.add_HealthServicer_to_server(health, grpc_server)
+    grpc_server = server.create_server(servicer, interceptors=grpc_tracing.data_path_interceptors(
+        tracer.tracer if tracer.enabled else None,
+        broker_metrics.observe_request if broker_metrics is not None else None))
+    health = health_server.ServerHealth(grpc_server, service=BROKER_SERVICE_NAME)
     listen = f"{listeners[0].host or '0.0.0.0'}:{listeners[0].port}"
     try:
         grpc_server.add_insecure_port(listen)
@@ -703,9 +693,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      f"{cfg.get_str('kraftlog.metrics.host')}:{metrics_port}: "
                                      f"{exc}") from None
     await grpc_server.start()
-    for service in ("", BROKER_SERVICE_NAME):
-        await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-    await health.set(LIVENESS_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    await health.start(serving=False)
     data.start()
     groups.start()
     if shared is None:
@@ -716,17 +704,11 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                 os.getpid())
 
     async def publish_health() -> None:
-        serving: bool | None = None
         while True:
             await health_changed.wait()
             health_changed.clear()
-            now_serving = lifecycle.ready
-            if now_serving != serving:
-                serving = now_serving
-                code = (health_pb2.HealthCheckResponse.SERVING if serving
-                        else health_pb2.HealthCheckResponse.NOT_SERVING)
-                for service in ("", BROKER_SERVICE_NAME):
-                    await health.set(service, code)
+            serving = lifecycle.ready
+            if await health.set_serving(serving):
                 logger.info("broker=%d event=health serving=%s broker_epoch=%d "
                             "metadata_offset=%d", node_id, serving, lifecycle.broker_epoch,
                             loader.image.provenance.last_offset)
@@ -822,7 +804,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             shut_down_cleanly = done_ok
             logger.info("broker=%d event=controlled_shutdown completed=%s", node_id, done_ok)
     finally:
-        await health.enter_graceful_shutdown()
+        await health.shutdown()
         await lifecycle.stop()
         await fetchers.stop()
         await groups.stop()
@@ -854,7 +836,7 @@ async def _alter_partitions(client: controller_client.ControllerClient,
                             manager: rm.ReplicaManager,
                             lifecycle: controller_client.BrokerLifecycle,
                             requests: list[partition_mod.AlterPartitionRequest],
-                            tracer: trace.Tracer,
+                            tracer: tracing.Tracer,
                             on_isr_change: Callable[..., None] | None = None) -> None:
     """Send ISR proposals to the controller; feed each answer back to its partition
     (``on_isr_change(old_size=, new_size=)`` for each change the controller accepted)."""

@@ -45,6 +45,7 @@ from kraftlog.broker import replica_manager as rm
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
 from kraftlog.metadata.records import NO_LEADER
+from kraftlog.raft import transport
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
@@ -699,3 +700,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
 def add_to_server(servicer: BrokerServicer, server: Any) -> None:
     broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)
+
+
+def create_server(servicer: BrokerServicer, *, interceptors: Sequence[Any] = ()) -> Any:
+    """A grpc.aio server with BrokerService registered (not yet bound or started)."""
+    grpc_server = grpc.aio.server(options=transport.server_options(),
+                                  interceptors=list(interceptors) or None)
+    add_to_server(servicer, grpc_server)
+    return grpc_server

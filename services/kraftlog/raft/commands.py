@@ -41,12 +41,8 @@ import sys
 import time
 from typing import Any
 
-from grpc_health.v1 import health as grpc_health
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
-
 from kraftlog import config as kconfig
-from kraftlog import errors
+from kraftlog import errors, health_server
 from kraftlog.controller import process as controller_process
 from kraftlog.raft import consensus, driver, listeners, shared_driver, transport
 from kraftlog.raft import quorum_state_store as qss
@@ -61,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
 RAFT_SERVICE_NAME = "kraftlog.v1.RaftService"
-LIVENESS_SERVICE_NAME = "liveness"
 SHUTDOWN_GRACE_S = 1.0
 METRICS_SAMPLE_INTERVAL_S = 1.0
 
@@ -234,15 +229,11 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
                tracer: tracing.Tracing, registry: metrics.MetricsRegistry, metrics_port: int,
                metrics_host: str, shared: shared_driver.SharedRaft | None = None,
                broker_shutdown_s: float = 0.0) -> int:
-    health = grpc_health.aio.HealthServicer()
     servicer = transport.RaftServicer()
     server: Any = transport.create_server(servicer, interceptors=(
         grpc_tracing.server_interceptors(tracer.tracer) if tracer.enabled else ()))
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    # Server reflection, so grpcurl and friends can list and call the services.
-    reflection.enable_server_reflection(
-        (RAFT_SERVICE_NAME, "kraftlog.v1.ControllerService", health_pb2.DESCRIPTOR.services_by_name[
-            "Health"].full_name, reflection.SERVICE_NAME), server)
+    health = health_server.ServerHealth(server, service=RAFT_SERVICE_NAME,
+                                        reflected=("kraftlog.v1.ControllerService",))
     try:
         server.add_insecure_port(listen)
     except RuntimeError as exc:
@@ -283,10 +274,7 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
     host.bind(raft, server)
     servicer.handler = raft
     await server.start()
-    for service in ("", RAFT_SERVICE_NAME):
-        await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-    # "liveness": the process serves gRPC (the chart's liveness probe); readiness is "".
-    await health.set(LIVENESS_SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    await health.start(serving=False)
     raft.start()
     host.start()
     if shared is not None:
@@ -302,18 +290,12 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
             loop.add_signal_handler(sig, stop.set)
 
     async def publish_health() -> None:
-        serving: bool | None = None
         while True:
             status = await status_q.get()
             raft_metrics.set_status(role=status.role.value, epoch=status.epoch,
                                     leader_id=status.leader_id)
-            now_serving = status.leader_id >= 0 and status.role is not Role.RESIGNED
-            if now_serving != serving:
-                serving = now_serving
-                code = (health_pb2.HealthCheckResponse.SERVING if serving
-                        else health_pb2.HealthCheckResponse.NOT_SERVING)
-                for service in ("", RAFT_SERVICE_NAME):
-                    await health.set(service, code)
+            serving = status.leader_id >= 0 and status.role is not Role.RESIGNED
+            if await health.set_serving(serving):
                 logger.info("node=%s epoch=%s event=health serving=%s role=%s leader=%s",
                             node_id, status.epoch, serving, status.role.value, status.leader_id)
 
@@ -357,7 +339,7 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
             if not await shared.wait_broker_done(broker_shutdown_s + SHUTDOWN_GRACE_S):
                 logger.warning("node=%s event=shutdown detail='the co-located broker did not "
                                "stop in time'", node_id)
-        await health.enter_graceful_shutdown()
+        await health.shutdown()
         await host.stop()
         await raft.stop(graceful=exit_code == 0)
         raft_tracer.close(clock.monotonic_ms())

@@ -57,7 +57,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -86,6 +86,8 @@ from kraftlog import errors
 logger = logging.getLogger(__name__)
 
 INSTRUMENTATION_NAME = "kraftlog"
+Tracer: TypeAlias = trace.Tracer
+"""OpenTelemetry's tracer, for modules that take one without importing opentelemetry."""
 PROTOCOL_GRPC = "grpc"
 PROTOCOL_HTTP = "http/protobuf"
 _EXPORTERS = ("otlp", "console")
