@@ -466,3 +466,22 @@ def test_config_rejects_impossible_values() -> None:
         PartitionConfig(min_insync_replicas=0)
     with pytest.raises(ValueError, match=r"replica\.lag\.time\.max\.ms"):
         PartitionConfig(replica_lag_time_max_ms=-1)
+
+
+@pytest.mark.parametrize("codec", [rb.CompressionType.NONE, rb.CompressionType.ZSTD])
+def test_a_compacted_topic_refuses_records_without_a_key(tmp_path: pathlib.Path,
+                                                         codec: rb.CompressionType) -> None:
+    p = open_partition(tmp_path / TP.dir_name, 1, config=PartitionConfig(compacted=True))
+    p.make_leader(leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,), now_ms=T0)
+    keyed = rb.build_batch([rb.RecordInput(key=b"k1", value=b"a", timestamp_ms=T0)], compression=codec)
+    assert p.append_records_to_leader(keyed, required_acks=1, now_ms=T0).error is ErrorCode.NONE
+    mixed = rb.build_batch([rb.RecordInput(key=b"k2", value=b"b", timestamp_ms=T0),
+                            rb.RecordInput(key=None, value=b"c", timestamp_ms=T0)], compression=codec)
+    refused = p.append_records_to_leader(mixed, required_acks=1, now_ms=T0)
+    assert refused.error is ErrorCode.INVALID_RECORD
+    assert "without a key" in refused.error_message and "record 1" in refused.error_message
+    assert p.log_end_offset == 1, "nothing of the refused batch was written"
+    # The same keyless batch is fine on a topic that is not compacted.
+    plain = open_partition(tmp_path / "plain" / TP.dir_name, 1)
+    plain.make_leader(leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,), now_ms=T0)
+    assert plain.append_records_to_leader(mixed, required_acks=1, now_ms=T0).error is ErrorCode.NONE

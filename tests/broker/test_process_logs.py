@@ -102,12 +102,14 @@ def test_recovery_points_and_log_start_offsets_survive_a_restart(tmp_path: pathl
 
 def test_a_topics_configs_govern_its_logs_and_changes_reach_hosted_ones(tmp_path: pathlib.Path) -> None:
     image = image_with({"segment.bytes": "1048576", "retention.ms": "60000",
-                        "min.insync.replicas": "2", "max.message.bytes": "2048"})
+                        "min.insync.replicas": "2", "max.message.bytes": "2048",
+                        "cleanup.policy": "compact,delete"})
     logs = local_logs([tmp_path], image=lambda: image)
     partition = logs.open_partition(INFO)
     assert (partition.log.config.segment_bytes, partition.log.config.retention_ms) == (1048576, 60000)
     assert partition.log.config.segment_index_bytes == 64 * 1024, "the broker's value stays"
     assert (partition.config.min_insync_replicas, partition.config.max_message_bytes) == (2, 2048)
+    assert partition.config.compacted, "keys required"
 
     image = image_with({"retention.ms": "-1"})  # an AlterConfigs removed the other overrides
     logs.apply_topic_configs([partition])

@@ -129,6 +129,9 @@ class PartitionConfig:
     eligible_leader_replicas_enable: bool = False
     """``eligible.leader.replicas.enable`` (KIP-966): the high watermark does not
     advance while the ISR is below ``min.insync.replicas``."""
+    compacted: bool = False
+    """``cleanup.policy`` contains ``compact``: every produced record needs a key
+    (INVALID_RECORD otherwise, as Kafka's LogValidator answers)."""
 
     def __post_init__(self) -> None:
         if self.replica_lag_time_max_ms < 0:
@@ -840,6 +843,26 @@ class Partition:
 
     # ================================================================== leader: produce
 
+    def _check_keys(self, batches: bytes | bytearray | memoryview) -> LeaderAppendResult | None:
+        """A compacted topic's records all need keys (the cleaner keeps the latest per key;
+        a keyless record could never be compacted). Decodes the records: compacted topics
+        only, never the plain produce path."""
+        try:
+            decoded = record_batch.decode_batches(batches)
+        except CorruptRecordError as exc:
+            return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
+        for batch in decoded:
+            if batch.is_control:
+                continue
+            for record in batch.records:
+                if record.key is None:
+                    return LeaderAppendResult(
+                        error=ErrorCode.INVALID_RECORD,
+                        error_message=f"compacted topic cannot accept a record without a key "
+                                      f"({self.topic_partition}, record {record.offset - batch.base_offset} "
+                                      f"of the batch at byte {batch.position})")
+        return None
+
     def append_records_to_leader(self, batches: bytes | bytearray | memoryview, *, required_acks: int,
                                  now_ms: int) -> LeaderAppendResult:
         """Append a producer's batches, stamping offsets and our leader epoch (Kafka's appendRecordsToLeader).
@@ -864,6 +887,10 @@ class Partition:
         size_error = self._check_sizes(batches, inspected)
         if size_error is not None:
             return size_error
+        if self.config.compacted:
+            key_error = self._check_keys(batches)
+            if key_error is not None:
+                return key_error
         producers = [batch for batch, _delta in inspected]
         has_producer = any(batch is not None for batch in producers)
         if has_producer:

@@ -85,6 +85,7 @@ from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
 from kraftlog.storage import checkpoint, leader_epoch, meta_properties
+from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.topic_partition import TopicPartition, parse_dir_name
@@ -327,7 +328,11 @@ class LocalLogs:
             value = configs.get(key)
             if value is not None and value.isdigit() and int(value) >= 1:
                 overrides[name] = int(value)
-        return dataclasses.replace(self.partition_config, **overrides)  # type: ignore[arg-type]
+        policy = configs.get("cleanup.policy")
+        compacted = (self.partition_config.compacted if policy is None
+                     else storage_cleaner.is_compacted(policy))
+        return dataclasses.replace(self.partition_config, compacted=compacted,
+                                   **overrides)  # type: ignore[arg-type]
 
     def log_config_for(self, topic: str) -> LogConfig:
         """The broker's ``log.*`` settings with the topic's (``segment.bytes``,
@@ -589,7 +594,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     partition_config = partition_mod.PartitionConfig(
         replica_lag_time_max_ms=cfg.get_int("replica.lag.time.max.ms"),
         min_insync_replicas=cfg.get_int("min.insync.replicas"),
-        max_message_bytes=cfg.get_int("message.max.bytes"))
+        max_message_bytes=cfg.get_int("message.max.bytes"),
+        compacted=storage_cleaner.is_compacted(cfg.get_list("log.cleanup.policy")))
     logs = LocalLogs(broker_id=node_id, log_dirs=log_dirs,
                      log_config=LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
                                           retention_ms=cfg.get_int("log.retention.ms"),
