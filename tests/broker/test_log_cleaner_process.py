@@ -51,8 +51,11 @@ def leader_of(brokers: Brokers) -> int | None:
         except grpc.RpcError:
             continue
         topic = answer.topics[0]
-        if topic.error.code == common_pb2.NONE and topic.partitions and len(topic.partitions[0].isr_nodes) == 3:
-            return int(topic.partitions[0].leader_id)
+        # The leader's own image: its reconciler has then made it the leader (publishers
+        # run in order on each metadata update), so a produce there is not refused.
+        if (topic.error.code == common_pb2.NONE and topic.partitions
+                and len(topic.partitions[0].isr_nodes) == 3 and topic.partitions[0].leader_id == broker):
+            return broker
     return None
 
 
