@@ -174,7 +174,8 @@ def _described() -> admin_pb2.DescribeTopicsResponse:
                                    replicas=[4, 5, 6], isr=[4, 5, 6]),
             D.PartitionDescription(partition_index=1, leader_id=-1, leader_epoch=7,
                                    replicas=[5, 6, 4], isr=[5], offline_replicas=[6, 4],
-                                   adding_replicas=[4], removing_replicas=[7])])])
+                                   adding_replicas=[4], removing_replicas=[7],
+                                   eligible_leader_replicas=[6], last_known_elr=[4])])])
 
 
 def test_describe_table_has_a_summary_line_and_aligned_partition_rows() -> None:
@@ -183,8 +184,8 @@ def test_describe_table_has_a_summary_line_and_aligned_partition_rows() -> None:
                         "ReplicationFactor: 3  MinIsr: 2  Configs: retention.ms=1000")
     header, first, second = lines[1:]
     assert header.split() == list(topic_commands.PARTITION_COLUMNS)
-    assert first.split() == ["0", "4", "3", "4,5,6", "4,5,6", "-", "-", "-"]
-    assert second.split() == ["1", "none", "7", "5,6,4", "5", "4", "7", "6,4"]
+    assert first.split() == ["0", "4", "3", "4,5,6", "4,5,6", "-", "-", "-", "-", "-"]
+    assert second.split() == ["1", "none", "7", "5,6,4", "5", "4", "7", "6,4", "6", "4"]
     # Columns line up: each value starts where its header does.
     assert second.index("none") == header.index("LEADER")
     assert topic_commands.format_describe(admin_pb2.DescribeTopicsResponse()) == [
@@ -198,7 +199,8 @@ def test_describe_json_is_machine_readable() -> None:
     assert topic["configs"] == {"retention.ms": "1000"}
     assert topic["partitions"][1] == {
         "partition": 1, "leader": -1, "leader_epoch": 7, "replicas": [5, 6, 4], "isr": [5],
-        "adding_replicas": [4], "removing_replicas": [7], "offline_replicas": [6, 4]}
+        "adding_replicas": [4], "removing_replicas": [7], "offline_replicas": [6, 4],
+        "eligible_leader_replicas": [6], "last_known_elr": [4]}
 
 
 def test_list_and_cluster_renderings() -> None:

@@ -31,7 +31,8 @@ from kraftlog.v1 import broker_pb2, common_pb2
 WAIT_S = 10.0
 
 
-def image_with(leader: int, *, replicas: tuple[int, ...] = (1, 2)) -> im.MetadataImage:
+def image_with(leader: int, *, replicas: tuple[int, ...] = (1, 2), isr: tuple[int, ...] | None = None,
+               elr: tuple[int, ...] = (), last_known_elr: tuple[int, ...] = ()) -> im.MetadataImage:
     delta = dl.MetadataDelta(im.EMPTY)
     records: list[r.MetadataRecord] = [
         r.RegisterBrokerRecord(broker_id=b, incarnation_id=Uuid(bytes([b]) * 16), broker_epoch=b,
@@ -41,7 +42,8 @@ def image_with(leader: int, *, replicas: tuple[int, ...] = (1, 2)) -> im.Metadat
         for b in (1, 2, 3)]
     records += [r.TopicRecord(name=TP.topic, topic_id=TOPIC_ID),
                 r.PartitionRecord(topic_id=TOPIC_ID, partition_id=0, replicas=replicas,
-                                  isr=replicas, leader=leader)]
+                                  isr=replicas if isr is None else isr, leader=leader,
+                                  eligible_leader_replicas=elr, last_known_elr=last_known_elr)]
     for offset, record in enumerate(records):
         delta.replay(record, offset, 1)
     return delta.apply()
@@ -190,6 +192,12 @@ def test_list_offsets_metadata_log_dirs_and_epochs_describe_the_partition(tmp_pa
     assert [b.node_id for b in metadata.brokers] == [1, 2, 3] and metadata.controller_id == 3
     [topic] = metadata.topics
     assert topic.name == TP.topic and list(topic.partitions[0].replica_nodes) == [1, 2]
+    assert list(topic.partitions[0].eligible_leader_replicas) == []
+    broker.image = image_with(1, replicas=(1, 2, 3), isr=(1,), elr=(2,), last_known_elr=(3,))
+    [topic] = run(broker.servicer.Metadata(broker_pb2.MetadataRequest(), None)).topics
+    elected = topic.partitions[0]
+    assert (list(elected.isr_nodes), list(elected.eligible_leader_replicas),
+            list(elected.last_known_elr)) == ([1], [2], [3])
     dirs = run(broker.servicer.DescribeLogDirs(broker_pb2.DescribeLogDirsRequest(), None))
     [replica] = dirs.results[0].topics[0].partitions
     assert (replica.log_end_offset, replica.high_watermark, replica.is_leader) == (3, 3, True)

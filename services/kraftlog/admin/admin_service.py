@@ -600,7 +600,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     partition_index=p.partition_index, leader_id=p.leader_id,
                     leader_epoch=p.leader_epoch, replicas=p.replica_nodes, isr=p.isr_nodes,
                     adding_replicas=adding, removing_replicas=removing,
-                    offline_replicas=p.offline_replicas))
+                    offline_replicas=p.offline_replicas,
+                    eligible_leader_replicas=p.eligible_leader_replicas,
+                    last_known_elr=p.last_known_elr))
             if health_filter is not topic_health.HealthFilter.ALL and not partitions:
                 continue
             first = min(topic.partitions, key=lambda p: p.partition_index, default=None)

@@ -156,7 +156,7 @@ def list_json(response: admin_pb2.ListTopicsResponse) -> dict[str, Any]:
 
 
 PARTITION_COLUMNS = ("PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "ADDING", "REMOVING",
-                     "OFFLINE")
+                     "OFFLINE", "ELR", "LAST-KNOWN-ELR")
 
 
 def format_describe(response: admin_pb2.DescribeTopicsResponse) -> list[str]:
@@ -173,7 +173,8 @@ def format_describe(response: admin_pb2.DescribeTopicsResponse) -> list[str]:
         lines += table(PARTITION_COLUMNS, [
             (str(p.partition_index), str(p.leader_id) if p.leader_id >= 0 else "none",
              str(p.leader_epoch), _ids(p.replicas), _ids(p.isr), _ids(p.adding_replicas),
-             _ids(p.removing_replicas), _ids(p.offline_replicas))
+             _ids(p.removing_replicas), _ids(p.offline_replicas),
+             _ids(p.eligible_leader_replicas), _ids(p.last_known_elr))
             for p in topic.partitions], indent="  ")
     return lines or ["(no matching partitions)"]
 
@@ -188,7 +189,9 @@ def describe_json(response: admin_pb2.DescribeTopicsResponse) -> dict[str, Any]:
                         "leader_epoch": p.leader_epoch, "replicas": list(p.replicas),
                         "isr": list(p.isr), "adding_replicas": list(p.adding_replicas),
                         "removing_replicas": list(p.removing_replicas),
-                        "offline_replicas": list(p.offline_replicas)}
+                        "offline_replicas": list(p.offline_replicas),
+                        "eligible_leader_replicas": list(p.eligible_leader_replicas),
+                        "last_known_elr": list(p.last_known_elr)}
                        for p in t.partitions]} for t in response.topics]}
 
 

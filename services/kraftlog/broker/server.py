@@ -480,7 +480,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     partition_index=index, leader_id=registration.leader,
                     leader_epoch=registration.leader_epoch,
                     replica_nodes=registration.replicas, isr_nodes=registration.isr,
-                    offline_replicas=offline))
+                    offline_replicas=offline, eligible_leader_replicas=registration.elr,
+                    last_known_elr=registration.last_known_elr))
             response.topics.append(entry)
         return response
 

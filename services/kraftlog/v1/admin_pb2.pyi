@@ -126,6 +126,7 @@ class DescribeTopicsResponse(_message.Message):
         REMOVING_REPLICAS_FIELD_NUMBER: _builtins.int
         OFFLINE_REPLICAS_FIELD_NUMBER: _builtins.int
         ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+        LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
         partition_index: _builtins.int
         """The partition index."""
         leader_id: _builtins.int
@@ -156,6 +157,10 @@ class DescribeTopicsResponse(_message.Message):
         def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
             """Eligible leader replicas (KIP-966)."""
 
+        @_builtins.property
+        def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """The last known eligible leader replicas (KIP-966)."""
+
         def __init__(
             self,
             *,
@@ -168,10 +173,11 @@ class DescribeTopicsResponse(_message.Message):
             removing_replicas: _abc.Iterable[_builtins.int] | None = ...,
             offline_replicas: _abc.Iterable[_builtins.int] | None = ...,
             eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
+            last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offline_replicas", b"offline_replicas", "partition_index", b"partition_index", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["adding_replicas", b"adding_replicas", "eligible_leader_replicas", b"eligible_leader_replicas", "isr", b"isr", "last_known_elr", b"last_known_elr", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offline_replicas", b"offline_replicas", "partition_index", b"partition_index", "removing_replicas", b"removing_replicas", "replicas", b"replicas"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

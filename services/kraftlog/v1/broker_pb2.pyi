@@ -1036,6 +1036,8 @@ class MetadataResponse(_message.Message):
         REPLICA_NODES_FIELD_NUMBER: _builtins.int
         ISR_NODES_FIELD_NUMBER: _builtins.int
         OFFLINE_REPLICAS_FIELD_NUMBER: _builtins.int
+        ELIGIBLE_LEADER_REPLICAS_FIELD_NUMBER: _builtins.int
+        LAST_KNOWN_ELR_FIELD_NUMBER: _builtins.int
         partition_index: _builtins.int
         """The partition index."""
         leader_id: _builtins.int
@@ -1058,6 +1060,14 @@ class MetadataResponse(_message.Message):
         def offline_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
             """Replicas on brokers that are fenced, shut down or whose log dir failed."""
 
+        @_builtins.property
+        def eligible_leader_replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """Eligible leader replicas (KIP-966): out of the ISR but safe to elect."""
+
+        @_builtins.property
+        def last_known_elr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """The last ELR members known before the ELR emptied (KIP-966 unclean recovery)."""
+
         def __init__(
             self,
             *,
@@ -1068,10 +1078,12 @@ class MetadataResponse(_message.Message):
             replica_nodes: _abc.Iterable[_builtins.int] | None = ...,
             isr_nodes: _abc.Iterable[_builtins.int] | None = ...,
             offline_replicas: _abc.Iterable[_builtins.int] | None = ...,
+            eligible_leader_replicas: _abc.Iterable[_builtins.int] | None = ...,
+            last_known_elr: _abc.Iterable[_builtins.int] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "isr_nodes", b"isr_nodes", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offline_replicas", b"offline_replicas", "partition_index", b"partition_index", "replica_nodes", b"replica_nodes"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["eligible_leader_replicas", b"eligible_leader_replicas", "error", b"error", "isr_nodes", b"isr_nodes", "last_known_elr", b"last_known_elr", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "offline_replicas", b"offline_replicas", "partition_index", b"partition_index", "replica_nodes", b"replica_nodes"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
