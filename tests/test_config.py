@@ -89,3 +89,20 @@ def test_typed_getters_refuse_the_wrong_type() -> None:
         parsed.get_bool("node.id")
     with pytest.raises(ConfigError, match="unknown config"):
         parsed.get_int("no.such.key")
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", None),
+    ("PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL", "listener SECURE asks for SASL_SSL; only PLAINTEXT"),
+    ("PLAINTEXT", "entry 'PLAINTEXT' is not NAME:PROTOCOL"),
+])
+def test_security_protocol_map_serves_plaintext_only(value: str, message: str | None) -> None:
+    definition = config.ConfigDef([config.ConfigKey(
+        name="listener.security.protocol.map", type=config.ConfigType.LIST, default=None,
+        doc="map", validator=config.security_protocol_map("PLAINTEXT"))])
+    load = lambda: config.load(definition, None, [f"listener.security.protocol.map={value}"])  # noqa: E731
+    if message is None:
+        assert load().get_list("listener.security.protocol.map") == value.split(",")
+    else:
+        with pytest.raises(ConfigError, match=message):
+            load()

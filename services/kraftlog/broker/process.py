@@ -177,6 +177,7 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="controller.listener.names", type=_L, default=["CONTROLLER"],
                       doc="the controllers' listener names (accepted for Kafka compatibility)"),
     kconfig.ConfigKey(name="listener.security.protocol.map", type=_L, default=None,
+                      validator=kconfig.security_protocol_map("PLAINTEXT"),
                       doc="NAME:PROTOCOL,...; only PLAINTEXT is supported"),
     kconfig.ConfigKey(name="default.replication.factor", type=_I, default=None,
                       doc="used by the controller; accepted so one file serves both roles"),

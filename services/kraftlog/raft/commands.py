@@ -79,6 +79,12 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
                           "controller.listener.names listener"),
     kconfig.ConfigKey(name="controller.listener.names", type=_L, default=["CONTROLLER"],
                       doc="listener names the controller serves raft on (the first is used)"),
+    kconfig.ConfigKey(name="advertised.listeners", type=_L, default=None,
+                      doc="NAME://host:port,... other nodes reach this controller at (KIP-853); "
+                          "the static controller.quorum.voters names the addresses used"),
+    kconfig.ConfigKey(name="listener.security.protocol.map", type=_L, default=None,
+                      validator=kconfig.security_protocol_map("PLAINTEXT"),
+                      doc="NAME:PROTOCOL,...; only PLAINTEXT is supported"),
     kconfig.ConfigKey(name="metadata.log.dir", type=_S, default=None,
                       doc="directory holding __cluster_metadata-0; default: first of log.dirs"),
     kconfig.ConfigKey(name="log.dirs", type=_L, default=None,
