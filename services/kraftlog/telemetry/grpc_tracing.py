@@ -35,6 +35,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from kraftlog.telemetry import tracing
+
 _RPC_SYSTEM = "grpc"
 _TRACE_HEADERS = frozenset({"traceparent", "tracestate", "baggage"})
 DATA_PATH_METHODS = frozenset({"/kraftlog.v1.BrokerService/Produce",
@@ -157,6 +159,8 @@ class DataPathInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._methods = methods
         self._attributes = {m: _rpc_attributes(m) for m in methods}
         self._others = ServerInterceptor(tracer) if tracer is not None else None
+        # Root data-path spans are sampled here, before one exists (tracing.data_path_root_draw).
+        self._draw = tracing.data_path_root_draw(tracer)
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
                                 handler_call_details: Any) -> Any:
@@ -177,12 +181,19 @@ class DataPathInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if "traceparent" in carrier:
                 parent = propagate.extract(carrier)
         attributes = self._attributes[method]
+        draw = self._draw if parent is _EMPTY_CONTEXT else None
 
         async def handle(request: Any, context: Any) -> Any:
             started = time.perf_counter()
             ok = False
-            span = None if tracer is None else tracer.start_span(
-                _span_name(method), context=parent, kind=SpanKind.SERVER, attributes=attributes)
+            span: trace.Span | None = None
+            if tracer is not None:
+                if draw is None:
+                    span = tracer.start_span(_span_name(method), context=parent,
+                                             kind=SpanKind.SERVER, attributes=attributes)
+                elif (ids := draw()) is not None:
+                    span = tracing.start_span_with_ids(tracer, _span_name(method), ids,
+                                                       kind=SpanKind.SERVER, attributes=attributes)
             token = None
             if span is not None and span.is_recording():
                 token = otel_context.attach(trace.set_span_in_context(span, parent))

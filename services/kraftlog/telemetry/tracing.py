@@ -55,7 +55,8 @@ import contextvars
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -240,6 +241,32 @@ def start_span_with_ids(tracer: trace.Tracer, name: str, ids: tuple[int, int],
         return tracer.start_span(name, context=otel_context.Context(), **kwargs)
     finally:
         _FORCED_IDS.reset(token)
+
+
+def data_path_root_draw(tracer: trace.Tracer | None) -> Callable[[], tuple[int, int] | None] | None:
+    """The sampling of data-path ROOT spans, decided before any span exists.
+
+    With kraftlog's default sampler (:class:`DataPathSampler`), 99% of Produce and Fetch
+    calls are not traced, yet starting their non-recording span costs a sampler call and
+    two random ids each. The returned ``draw()`` instead picks a trace id and applies the
+    same trace-id-ratio test: None (no span at all), or the ``(trace id, span id)`` to start
+    the span with (:func:`start_span_with_ids`), which the SDK's sampler then samples, as
+    the test is the same on the same id. None when another sampler is configured
+    (``OTEL_TRACES_SAMPLER``): spans then start as usual and the SDK decides."""
+    sampler = getattr(tracer, "sampler", None)
+    if not isinstance(sampler, DataPathSampler):
+        return None
+    bound = TraceIdRatioBased.get_bound_for_rate(sampler.ratio)
+    limit = TraceIdRatioBased.TRACE_ID_LIMIT
+    bits = random.getrandbits
+
+    def draw() -> tuple[int, int] | None:
+        trace_id = bits(128)
+        if trace_id & limit >= bound or trace_id == 0:
+            return None
+        return trace_id, bits(64) or 1
+
+    return draw
 
 
 def link_to(ids: tuple[int, int], attributes: Attributes = None) -> Link:
