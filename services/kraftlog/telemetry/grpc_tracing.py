@@ -159,8 +159,10 @@ class DataPathInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._methods = methods
         self._attributes = {m: _rpc_attributes(m) for m in methods}
         self._others = ServerInterceptor(tracer) if tracer is not None else None
-        # Root data-path spans are sampled here, before one exists (tracing.data_path_root_draw).
+        # Root data-path spans are sampled here, before one exists (tracing.data_path_root_draw);
+        # other methods (the admin's) are sampled by the SDK as the sampler says.
         self._draw = tracing.data_path_root_draw(tracer)
+        self._drawn = frozenset(m for m in methods if _span_name(m) in tracing.DATA_PATH_SPANS)
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]],
                                 handler_call_details: Any) -> Any:
@@ -181,7 +183,7 @@ class DataPathInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if "traceparent" in carrier:
                 parent = propagate.extract(carrier)
         attributes = self._attributes[method]
-        draw = self._draw if parent is _EMPTY_CONTEXT else None
+        draw = self._draw if parent is _EMPTY_CONTEXT and method in self._drawn else None
 
         async def handle(request: Any, context: Any) -> Any:
             started = time.perf_counter()
