@@ -194,7 +194,7 @@ _FORCED_IDS: contextvars.ContextVar[tuple[int, int] | None] = contextvars.Contex
     "kraftlog_forced_span_ids", default=None)
 
 
-class _IdGenerator(RandomIdGenerator):
+class IdGenerator(RandomIdGenerator):
     """Random ids, except inside :func:`start_span_with_ids`."""
 
     def generate_span_id(self) -> int:
@@ -346,7 +346,7 @@ def setup_tracing(*, role: str, node_id: int | None,
         return disabled()
     sampler = default_sampler()
     provider = TracerProvider(resource=resource_for(role=role, node_id=node_id),
-                              id_generator=_IdGenerator(), sampler=sampler)
+                              id_generator=IdGenerator(), sampler=sampler)
     if span_exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(span_exporter))
     else:
