@@ -7,6 +7,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/bootstrap.sh test,spark
+# bench/broker.py compares with NATS JetStream; tests/bench runs it small.
+if ! command -v nats-server >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "==> installing nats-server (Debian package)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null) \
+    || echo "==> could not install nats-server; tests/bench will skip its NATS run" >&2
+fi
 py="$root/.venv/bin/python"
 echo "==> ruff"
 "$py" -m ruff check services tests bench scripts
