@@ -266,9 +266,11 @@ def produce(brokers: Brokers, broker: int, values: list[bytes], topic: str = TOP
                 index=0, records=batch)])]), timeout=10)
 
 
-def consume(brokers: Brokers, broker: int, topic: str = TOPIC) -> list[bytes] | None:
-    """Every committed record value of ``<topic>-0`` read from ``broker``, None on an error."""
-    values: list[bytes] = []
+def consume_records(brokers: Brokers, broker: int, topic: str = TOPIC
+                    ) -> list[tuple[int, bytes]] | None:
+    """(offset, value) of every committed record of ``<topic>-0`` read from ``broker``, None
+    on an error."""
+    out: list[tuple[int, bytes]] = []
     offset = 0
     while True:
         try:
@@ -285,10 +287,15 @@ def consume(brokers: Brokers, broker: int, topic: str = TOPIC) -> list[bytes] | 
         if data.error.code != common_pb2.NONE:
             return None
         if not data.records:
-            return values
+            return out
         for decoded in rb.decode_batches(data.records):
             for record in decoded.records:
                 if record.offset >= offset:
-                    values.append(record.value or b"")
+                    out.append((record.offset, record.value or b""))
                     offset = record.offset + 1
 
+
+def consume(brokers: Brokers, broker: int, topic: str = TOPIC) -> list[bytes] | None:
+    """Every committed record value of ``<topic>-0`` read from ``broker``, None on an error."""
+    records = consume_records(brokers, broker, topic)
+    return None if records is None else [value for _offset, value in records]

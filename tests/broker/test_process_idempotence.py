@@ -14,8 +14,16 @@ import pathlib
 import signal
 import time
 
-import grpc
-from quorum_cluster import BROKERS, SESSION, TOPIC, Brokers, Cluster, partition_state, wait_for
+from quorum_cluster import (
+    BROKERS,
+    SESSION,
+    TOPIC,
+    Brokers,
+    Cluster,
+    consume_records,
+    partition_state,
+    wait_for,
+)
 
 from kraftlog.broker import producer_snapshot
 from kraftlog.storage import record_batch as rb
@@ -37,32 +45,6 @@ def produce(brokers: Brokers, broker: int, batch: bytes) -> broker_pb2.ProduceRe
                 index=0, records=batch)])]), timeout=10)
     part: broker_pb2.ProduceResponse.PartitionProduceResponse = answer.responses[0].partition_responses[0]
     return part
-
-
-def consume(brokers: Brokers, broker: int) -> list[tuple[int, bytes]] | None:
-    """(offset, value) of every committed record of ``events-0`` on ``broker``; None on an error."""
-    out: list[tuple[int, bytes]] = []
-    offset = 0
-    while True:
-        try:
-            answer = brokers.stub(broker).Fetch(broker_pb2.FetchRequest(
-                replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
-                topics=[broker_pb2.FetchRequest.FetchTopic(topic=TOPIC, partitions=[
-                    broker_pb2.FetchRequest.FetchPartition(
-                        partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                        log_start_offset=-1, partition_max_bytes=1 << 20)])]), timeout=5)
-        except grpc.RpcError:
-            return None
-        data = answer.responses[0].partitions[0]
-        if data.error.code != common_pb2.NONE:
-            return None
-        if not data.records:
-            return out
-        for decoded in rb.decode_batches(data.records):
-            for record in decoded.records:
-                if record.offset >= offset:
-                    out.append((record.offset, record.value or b""))
-                    offset = record.offset + 1
 
 
 def test_a_resent_batch_after_a_leader_kill_is_written_once(tmp_path: pathlib.Path) -> None:
@@ -112,7 +94,7 @@ def test_a_resent_batch_after_a_leader_kill_is_written_once(tmp_path: pathlib.Pa
             for data, offset in zip(batches, (0, 3), strict=True):
                 part = produce(brokers, leader, data)
                 assert part.error.code == common_pb2.NONE and part.base_offset == offset, part
-            assert [v for _o, v in consume(brokers, leader) or []] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
+            assert [v for _o, v in consume_records(brokers, leader) or []] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
 
             brokers.kill(leader)
             survivors = [b for b in BROKERS if b != leader]
@@ -132,7 +114,7 @@ def test_a_resent_batch_after_a_leader_kill_is_written_once(tmp_path: pathlib.Pa
             assert nxt.error.code == common_pb2.NONE and nxt.base_offset == 5, nxt
             gap = produce(brokers, leader2, batch(9, b"x"))
             assert gap.error.code == common_pb2.OUT_OF_ORDER_SEQUENCE_NUMBER, gap
-            assert consume(brokers, leader2) == [
+            assert consume_records(brokers, leader2) == [
                 (0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1"), (5, b"c0")]
 
             # A clean shutdown leaves a producer state snapshot at the log end for the restart.
