@@ -273,3 +273,12 @@ def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
             await grpc_server.stop(None)
 
     assert run(scenario()) == (2, 1)
+
+
+def test_clients_cannot_produce_to_an_internal_topic(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    answer = run(broker.servicer.Produce(produce_request([b"x"], acks=1, topic="__consumer_offsets"),
+                                         None))
+    [part] = answer.responses[0].partition_responses
+    assert part.error.code == common_pb2.INVALID_TOPIC_EXCEPTION
+    assert "internal topic __consumer_offsets" in part.error.message

@@ -64,6 +64,8 @@ NO_PRODUCER_EPOCH = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+INTERNAL_TOPICS = frozenset({go.GROUP_METADATA_TOPIC_NAME})
+"""Topics only the broker itself writes (Produce answers INVALID_TOPIC_EXCEPTION)."""
 _MASK64 = (1 << 64) - 1
 
 
@@ -258,12 +260,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     async def Produce(self, request: broker_pb2.ProduceRequest, context: Any) -> Any:
         entries: dict[TopicPartition, bytes] = {}
         invalid: dict[tuple[str, int], str] = {}
+        internal: set[tuple[str, int]] = set()
         for topic in request.topic_data:
             for data in topic.partition_data:
                 tp = self._tp(topic.name, data.index)
                 if tp is None or tp in entries:
                     invalid[(topic.name, data.index)] = (
                         "invalid topic or partition" if tp is None else "partition given twice")
+                    continue
+                if topic.name in INTERNAL_TOPICS:
+                    internal.add((topic.name, data.index))
                     continue
                 entries[tp] = data.records
         results = await self.data.produce(entries, acks=request.acks,
@@ -281,6 +287,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         for (name, index), message in invalid.items():
             by_topic.setdefault(name, []).append(broker_pb2.ProduceResponse.PartitionProduceResponse(
                 index=index, error=error_proto(ErrorCode.INVALID_REQUEST, message),
+                base_offset=-1, log_append_time_ms=-1, log_start_offset=-1))
+        for name, index in sorted(internal):
+            # Kafka: clients never append to an internal topic; its owner (the group
+            # coordinator) writes through the data plane directly.
+            by_topic.setdefault(name, []).append(broker_pb2.ProduceResponse.PartitionProduceResponse(
+                index=index, error=error_proto(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                               f"cannot append to internal topic {name}"),
                 base_offset=-1, log_append_time_ms=-1, log_start_offset=-1))
         return broker_pb2.ProduceResponse(responses=[
             broker_pb2.ProduceResponse.TopicProduceResponse(name=name, partition_responses=parts)
