@@ -30,6 +30,7 @@ _COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "kraftlog.admin.topic_commands": ("topics", "cluster"),
     "kraftlog.admin.reassign_commands": ("reassign", "leader-election"),
     "kraftlog.client.commands": ("produce", "consume"),
+    "kraftlog.pipeline.pipeline_commands": ("pipeline",),
 }
 
 EXIT_OK = 0

@@ -92,6 +92,12 @@ def test_write_options() -> None:
         parse_write_options({**B, "kafka.acks": "1"})
     with pytest.raises(OptionError, match=r"^kafka.foo: unknown option"):
         parse_write_options({**B, "kafka.foo": "1"})
+    # A streaming write also gets Spark's checkpointLocation; a batch write may not.
+    streaming = parse_write_options({**B, "topic": "t", "checkpointLocation": "/tmp/cp"},
+                                    streaming=True)
+    assert streaming.topic == "t" and streaming.producer_properties == {}
+    with pytest.raises(OptionError, match=r"^checkpointlocation: unknown option"):
+        parse_write_options({**B, "checkpointLocation": "/tmp/cp"})
 
 
 def test_plan_ranges_splits_by_max_records() -> None:
@@ -139,8 +145,15 @@ def test_batch_offsets_checks_and_data_loss() -> None:
         check({tp("t", 0): 12}, {tp("t", 0): 11}, known, fail_on_data_loss=True, **kwargs)
 
 
+def _spark_extra() -> None:
+    """Skip only without pyspark; with it, a missing pyarrow fails (tests/pipeline/conftest.py)."""
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
+
+
 def test_records_to_arrow_batch_has_sparks_kafka_columns() -> None:
-    pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed (spark extra)")
+    _spark_extra()
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
     from kraftlog.pipeline import arrow_convert
 
     records = [client.ConsumerRecord(
@@ -161,7 +174,7 @@ def test_records_to_arrow_batch_has_sparks_kafka_columns() -> None:
 
 
 def test_write_schema_rules() -> None:
-    pytest.importorskip("pyarrow", reason="pyarrow is not installed (spark extra)")
+    _spark_extra()
     from kraftlog.pipeline import arrow_convert
 
     columns = arrow_convert.check_write_schema(

@@ -10,19 +10,20 @@ side by side):
    reads exactly what was there in several micro-batches; restarted from its
    checkpoint after more records and a new partition, it reads exactly the new
    records: nothing lost, nothing twice;
-3. bad options (unknown topic, malformed offsets JSON, two of topic/topics) and
+3. a streaming write (readStream -> writeStream, both ``kraftlog``) copies a topic
+   exactly, and resumes from its checkpoint;
+4. bad options (unknown topic, malformed offsets JSON, two of topic/topics) and
    a failed produce fail with messages naming the option or the broker's error
    (the other option checks are in test_options_planning.py, without Spark).
 
-Skipped only when pyspark is not importable. Every wait is bounded; the cluster
+Skipped only when pyspark is not importable (Java or pyarrow missing: an error,
+see conftest.py). Every wait is bounded; the cluster
 is stopped in ``finally``.
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -30,13 +31,13 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
-pytest.importorskip("pyarrow", reason="pyarrow is not installed (pip install '.[spark]')")
+# With pyspark installed, a missing pyarrow or Java is an error, not a skip (conftest.py).
 
 from dev_cluster import DevCluster
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from kraftlog import client, pipeline
+from kraftlog import client
 
 ROWS = 100_000
 PARTITIONS = 6
@@ -65,7 +66,8 @@ class Env:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+def env(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+        ) -> Iterator[Env]:
     tmp = tmp_path_factory.mktemp("spark")
     cluster = DevCluster(tmp / "cluster")
     started: list[BaseException | None] = []
@@ -77,28 +79,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         except BaseException as exc:
             started.append(exc)
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     thread = threading.Thread(target=up, daemon=True)
     thread.start()
-    spark = None
     try:
-        spark = (SparkSession.builder.master("local[2]").appName("kraftlog-tests")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.sql.shuffle.partitions", "2")
-                 .config("spark.sql.session.timeZone", "UTC")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        pipeline.register(spark)
+        # The module's SparkSession (conftest.py: fails, not skips, without Java) starts
+        # while the cluster comes up.
+        spark: SparkSession = request.getfixturevalue("spark")
         thread.join(timeout=150)
         assert started, "kraftlog dev up did not finish within 150 s"
         if started[0] is not None:
             raise started[0]
         yield Env(spark, cluster, tmp)
     finally:
-        if spark is not None:
-            spark.stop()
         thread.join(timeout=150)
         cluster.destroy()
 
@@ -199,6 +191,56 @@ def test_streaming_available_now_resumes_from_checkpoint(env: Env) -> None:
     assert {(r.partition, r.offset) for r in rows}.__len__() == 830
     assert sorted(int(r.value.decode()[2:]) for r in rows) == list(range(830))
     assert {r.partition for r in rows} == {0, 1, 2}
+
+
+def test_streaming_write_round_trips_through_a_topic(env: Env) -> None:
+    """readStream(kraftlog) -> writeStream(kraftlog): every record of the source topic lands
+    once in the sink topic (acks=all), with its key and partition; a restart from the
+    checkpoint writes only what arrived since."""
+    env.create_topic("stream-in", 2)
+    env.create_topic("stream-out", 2)
+    produce(env, "stream-in", 0, 400, 2)
+    checkpoint = env.tmp / "sink-checkpoint"
+
+    def run() -> list[Any]:
+        source = (env.spark.readStream.format("kraftlog").option("bootstrap", env.bootstrap)
+                  .option("topic", "stream-in").option("startingOffsets", "earliest")
+                  .option("maxOffsetsPerTrigger", "150").load())
+        query = (source.select(F.col("offset").cast("string").alias("key"), "value",
+                               "partition").writeStream.format("kraftlog")
+                 .option("bootstrap", env.bootstrap).option("topic", "stream-out")
+                 .option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(120), "streaming write did not finish in 120 s"
+        assert query.exception() is None, query.exception()
+        return [p for p in query.recentProgress if p["numInputRows"] > 0]
+
+    first = run()
+    assert sum(p["numInputRows"] for p in first) == 400
+    assert len(first) == 3  # maxOffsetsPerTrigger=150: 150 + 150 + 100
+    produce(env, "stream-in", 400, 100, 2)
+    assert sum(p["numInputRows"] for p in run()) == 100
+
+    out = env.read("stream-out", startingOffsets="earliest").select(
+        "key", "value", "partition").collect()
+    assert len(out) == 500
+    assert sorted(int(r.value.decode()[2:]) for r in out) == list(range(500))
+    source_rows = env.read("stream-in", startingOffsets="earliest").select(
+        "offset", "value", "partition").collect()
+    expected = {(str(r.offset).encode(), r.value, r.partition) for r in source_rows}
+    assert {(r.key, r.value, r.partition) for r in out} == expected
+
+
+def test_streaming_write_bad_options_fail_clearly(env: Env) -> None:
+    source = (env.spark.readStream.format("kraftlog").option("bootstrap", env.bootstrap)
+              .option("topic", "stream-in").load())
+    with pytest.raises(Exception) as failure:
+        (source.select("value").writeStream.format("kraftlog")
+         .option("bootstrap", env.bootstrap).option("topic", "stream-out")
+         .option("kafka.acks", "1")
+         .option("checkpointLocation", str(env.tmp / "bad-checkpoint")).start()
+         .awaitTermination(60))
+    assert "kafka.acks: the kraftlog sink always produces with acks=all" in str(failure.value)
 
 
 @pytest.mark.parametrize(("options", "message"), [

@@ -8,8 +8,15 @@ The public face::
 Rooms: :mod:`.options` (option parsing, pure), :mod:`.planning` (offset ranges,
 rate limits, pure), :mod:`.arrow_convert` (records <-> Arrow columns),
 :mod:`.client_io` (metadata, offsets, reading and producing through
-:mod:`kraftlog.client`), :mod:`.source` (the Spark classes). Needs the ``spark``
-extra (pyspark, pyarrow); importing this package does not import Spark.
+:mod:`kraftlog.client`), :mod:`.source` (the Spark classes: batch and streaming
+read and write).
+
+The Spark jobs (``kraftlog pipeline ...`` or ``spark-submit``): :mod:`.balance`
+(with :mod:`.jobs_admin_client` for the AdminService and :mod:`.jobs_balance_plan`,
+the pure greedy) and :mod:`.audit` (with :mod:`.jobs_audit_decode`, run in
+executors); :mod:`.jobs_spark` makes their SparkSession, :mod:`.pipeline_commands`
+their CLI. Needs the ``spark`` extra (pyspark, pyarrow, matplotlib); importing this
+package does not import Spark.
 """
 
 from __future__ import annotations

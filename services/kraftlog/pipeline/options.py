@@ -287,12 +287,16 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         poll_timeout_ms=DEFAULT_POLL_TIMEOUT_MS if poll is None else poll)
 
 
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    """Check the options of a write: ``bootstrap``, optional ``topic``, ``kafka.<producer key>``."""
+def parse_write_options(options: Mapping[str, str], *, streaming: bool = False
+                        ) -> WriteOptions:
+    """Check the options of a write: ``bootstrap``, optional ``topic``, ``kafka.<producer key>``
+    (and Spark's own ``checkpointLocation`` for a streaming write)."""
     opts = _lower(options)
     producer: dict[str, str] = {}
     for key, value in opts.items():
         if key in ("bootstrap", "kafka.bootstrap.servers", "topic", "path"):
+            continue
+        if streaming and key == "checkpointlocation":
             continue
         if key.startswith("kafka.") and key[len("kafka."):] in _WRITE_PRODUCER_KEYS:
             producer[key[len("kafka."):]] = value

@@ -1,4 +1,4 @@
-"""The ``kraftlog`` Spark data source: batch read, batch write, streaming read.
+"""The ``kraftlog`` Spark data source: batch and streaming read, batch and streaming write.
 
 Built on PySpark's Python Data Source API (``pyspark.sql.datasource``, PySpark
 4.2+ for read limits and ``Trigger.AvailableNow``)::
@@ -10,11 +10,19 @@ Built on PySpark's Python Data Source API (``pyspark.sql.datasource``, PySpark
     df.write.format("kraftlog").option("bootstrap", ...).option("topic", "copy").save()
     stream = spark.readStream.format("kraftlog").option(...).load()
 
+    query = (df.writeStream.format("kraftlog").option("bootstrap", ...).option("topic", "copy")
+             .option("checkpointLocation", "/tmp/cp").start())
+
 Batch read: the driver resolves start and end offsets per partition
 (:mod:`kraftlog.pipeline.client_io`) and plans one input partition per
 topic-partition range (:mod:`kraftlog.pipeline.planning`); each task reads its
 range from the leader and yields Arrow batches. Write: one producer per task
 (acks=all), flushed at the end; the commit message carries the task's counts.
+Streaming write (``DataSourceStreamArrowWriter``): the same per task, for every
+micro-batch; Spark commits the batch id once every task's producer has flushed, and
+the driver logs the batch's counts (``kraftlog.pipeline`` logger). Delivery is
+at least once: a micro-batch Spark retries after a failure is produced again
+(there are no transactions to take the first attempt back).
 Streaming read: offsets are Spark's Kafka JSON (``{"topic":{"0":23}}``);
 ``maxOffsetsPerTrigger`` is the default read limit; new partitions are read
 from their log start; ``failOnDataLoss`` decides whether deleted offsets fail
@@ -25,6 +33,7 @@ Options: :mod:`kraftlog.pipeline.options`. Edge module: Spark.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +42,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
@@ -58,6 +68,7 @@ from kraftlog.storage.topic_partition import TopicPartition
 
 SCHEMA_DDL = arrow_convert.SCHEMA_DDL
 NAME = "kraftlog"
+_log = logging.getLogger("kraftlog.pipeline")
 
 
 class RangePartition(InputPartition):
@@ -229,6 +240,58 @@ class KraftlogWriter(DataSourceArrowWriter):
         """Produced records cannot be taken back (no transactions): nothing to undo."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class BatchCounts:
+    """One committed micro-batch of a streaming write: the sum of its tasks' messages."""
+
+    batch_id: int
+    tasks: int
+    records: int
+    bytes: int
+    by_topic: dict[str, int]
+
+
+def sum_messages(batch_id: int, messages: Sequence[WriterCommitMessage | None]) -> BatchCounts:
+    done = [m for m in messages if isinstance(m, KraftlogCommitMessage)]
+    by_topic: dict[str, int] = {}
+    for message in done:
+        for topic, count in message.by_topic.items():
+            by_topic[topic] = by_topic.get(topic, 0) + count
+    return BatchCounts(batch_id=batch_id, tasks=len(done),
+                       records=sum(m.records for m in done), bytes=sum(m.bytes for m in done),
+                       by_topic=by_topic)
+
+
+class KraftlogStreamWriter(DataSourceStreamArrowWriter):
+    """A streaming sink: every micro-batch is written as a batch write is (one producer
+    per task, acks=all, flushed before the task's commit message)."""
+
+    def __init__(self, options: WriteOptions, columns: arrow_convert.WriteColumns) -> None:
+        self.options = options
+        self.columns = columns
+        self.committed: list[BatchCounts] = []
+
+    def write(self, iterator: Iterator[Any]) -> KraftlogCommitMessage:
+        counts = client_io.write_batches(
+            self.options.bootstrap_servers, self.options.producer_properties, iterator,
+            self.columns, self.options.topic)
+        return KraftlogCommitMessage(records=counts.records, bytes=counts.bytes,
+                                     by_topic=dict(counts.by_topic))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        counts = sum_messages(batchId, messages)
+        self.committed.append(counts)
+        _log.info("kraftlog sink: batch=%d tasks=%d records=%d bytes=%d topics=%s",
+                  counts.batch_id, counts.tasks, counts.records, counts.bytes,
+                  ",".join(f"{t}:{n}" for t, n in sorted(counts.by_topic.items())) or "-")
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Records already acknowledged stay (no transactions); Spark retries the batch."""
+        counts = sum_messages(batchId, messages)
+        _log.warning("kraftlog sink: batch=%d aborted after %d records from %d tasks were "
+                     "acknowledged", batchId, counts.records, counts.tasks)
+
+
 class KraftlogDataSource(DataSource):
     """``format("kraftlog")``: see the module docstring."""
 
@@ -251,3 +314,10 @@ class KraftlogDataSource(DataSource):
             [(f.name, f.dataType.simpleString()) for f in schema.fields],
             topic_option=options.topic)
         return KraftlogWriter(options, columns)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> KraftlogStreamWriter:
+        options = parse_write_options(self.options, streaming=True)
+        columns = arrow_convert.check_write_schema(
+            [(f.name, f.dataType.simpleString()) for f in schema.fields],
+            topic_option=options.topic)
+        return KraftlogStreamWriter(options, columns)
