@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -142,3 +145,15 @@ def test_the_plan_is_deterministic() -> None:
     loads = [load("t", i, (1 + i % 2, 3), (i + 1) * MB) for i in range(8)]
     infos = brokers(1, 2, 3, 4, 5)
     assert jbp.plan_balance(loads, infos) == jbp.plan_balance(list(reversed(loads)), infos)
+
+
+def test_balance_fails_fast_without_starting_spark_when_the_admin_is_unreachable() -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "kraftlog", "pipeline", "balance",
+                           "--bootstrap-admin", f"127.0.0.1:{port}"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("kraftlog: error: cannot reach the admin service")
+    assert "\n" not in done.stderr.strip() and "Spark" not in done.stderr

@@ -342,6 +342,7 @@ def report_json(report: BalanceReport) -> dict[str, Any]:
 
 def main_with_args(args: argparse.Namespace, *, default_master: str | None) -> int:
     options = options_from_args(args)
+    jac.check_reachable(options.admin, timeout_ms=min(options.timeout_ms, 10_000))
     spark = jobs_spark.spark_session("kraftlog-balance", master=args.master or default_master)
     try:
         report = run(spark, options)

@@ -128,6 +128,15 @@ def sample_cluster(admin_address: str, *, topics: Sequence[str] = (), window_s: 
     return asyncio.run(main())
 
 
+def check_reachable(admin_address: str, *, timeout_ms: int) -> None:
+    """Fail fast, before a Spark session starts (tens of seconds), when the admin service
+    or the cluster behind it does not answer: AdminError with one line."""
+    async def main() -> None:
+        async with ac.AdminClient(admin_address, timeout_ms=timeout_ms) as admin:
+            await admin.describe_cluster()
+    asyncio.run(main())
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecuteOutcome:
     started: int
