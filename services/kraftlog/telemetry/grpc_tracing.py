@@ -15,8 +15,10 @@ starts a root span for every call), carries the raft hop.
 The data path is the exception (:class:`DataPathInterceptor`, on the broker): every
 BrokerService ``Produce`` / ``Fetch`` call gets a SERVER span, continuing the client's
 context when it sent one, else a root span that the sampler keeps at a ratio
-(:class:`kraftlog.telemetry.tracing.DataPathSampler`); the same interceptor times the
-calls for the broker's request metrics. An unsampled call costs one non-recording span.
+(:class:`kraftlog.telemetry.tracing.DataPathSampler`), drawn before any span exists
+(:func:`kraftlog.telemetry.tracing.data_path_root_draw`), so an unsampled call costs one
+random number and no span; the same interceptor times the calls for the broker's
+request metrics (and the admin service's, over its own methods).
 
 Used by :mod:`kraftlog.raft.transport` (server creation and the peer channels) when
 tracing is on, and by the broker process. Must not import any raft module: it knows
