@@ -1,7 +1,8 @@
 """Produce throughput of a broker with tracing off (the anchor) vs on, default sampling.
 
 Starts one ``kraftlog controller`` and three ``kraftlog broker`` processes on loopback
-that differ only in their ``OTEL_*`` environment:
+that differ only in their ``OTEL_*`` environment (all three serve Prometheus metrics, as
+deployed brokers do, so all three time their calls in the same server interceptor):
 
 - broker 11: tracing off (no ``OTEL_*`` variable) — the anchor;
 - broker 12: tracing on, exporting over OTLP/gRPC to a real receiver in this process,
@@ -26,15 +27,15 @@ Prints a table and one JSON line.
     .venv/bin/python bench/tracing.py [--rounds 5] [--seconds 3] [--concurrency 8]
         [--records 10] [--record-bytes 100]
 
-Measured on the shared 2-core box (load average 10-12 from other sessions' tests during
-every run; the anchor's own calls/s moved 130-650 between rounds of one run), default
-arguments, four runs: wall ratio default/off 0.61, 1.55, 0.56, 1.33 and always_on/off
-0.71, 1.03, 0.86, 1.09 — noise, in both directions; median CPU-per-call ratio default
-1.09, 0.82, 1.03, always_on 0.78, 0.81, 0.88. The steady number is the in-process span
-cost: 6.7-8.7 µs per call with default sampling (a non-recording span: sampler decision
-and ids) = 0.8-1.0% of the anchor broker's best 711-818 µs CPU per Produce call, and
-50-54 µs with always_on (+ the export thread's work) = 6-7%. Default sampling kept
-45-92 Produce spans of 4-9k calls (~1%), as configured.
+Measured on the shared 2-core box, default arguments, after the data-path root sampling
+moved before the span (tracing.data_path_root_draw) and with metrics on every broker:
+load 4-5, two runs: wall ratio default/off 1.103 and 1.063, median CPU-per-call ratio
+0.954 and 1.022 (best rounds 1.017 and 0.994); always_on/off 0.818 and 0.914 (CPU 0.779
+and 0.931). In-process tracing cost per call with default sampling: 0.8-0.9 µs (a random
+draw; a span for the 1% kept) = 0.1% of the anchor broker's 687-710 µs CPU per Produce
+call; always_on 45-49 µs = 6-7%. Default sampling kept 125-143 Produce spans of
+14-14.3k calls (~1%). Before the draw (a non-recording span per call) the in-process
+cost was 6.3-8.7 µs and, without metrics on the anchor, the runs spread 0.56-1.55.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class LocalCluster:
         self.root = root
         nodes = (CONTROLLER, OFF, DEFAULT, ALWAYS)
         self.ports = dict(zip(nodes, free_ports(len(nodes)), strict=True))
+        metrics_ports = dict(zip((OFF, DEFAULT, ALWAYS), free_ports(3), strict=True))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         voters = f"{CONTROLLER}@127.0.0.1:{self.ports[CONTROLLER]}"
         for node in nodes:
@@ -107,7 +109,11 @@ class LocalCluster:
             (root / f"broker-{broker}.properties").write_text("\n".join([
                 f"node.id={broker}", "process.roles=broker",
                 f"listeners=PLAINTEXT://127.0.0.1:{self.ports[broker]}",
-                f"log.dirs={root / f'node-{broker}'}", *common]) + "\n")
+                f"log.dirs={root / f'node-{broker}'}",
+                # Metrics on every broker, as deployed: all three time their calls in the
+                # same server interceptor, so the ratio is the cost of tracing alone.
+                f"kraftlog.metrics.port={metrics_ports[broker]}",
+                "kraftlog.metrics.host=127.0.0.1", *common]) + "\n")
         clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         traced = {**clean, **receiver.env(schedule_delay_ms=1000)}
         self.env = {CONTROLLER: clean, OFF: clean, DEFAULT: traced,
