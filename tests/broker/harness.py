@@ -16,6 +16,9 @@ from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import purgatory
 from kraftlog.broker import replica_manager as rm_mod
 from kraftlog.error_codes import ErrorCode
+from kraftlog.metadata import delta as dl
+from kraftlog.metadata import image as im
+from kraftlog.metadata import records as r
 from kraftlog.storage import leader_epoch
 from kraftlog.storage import log as storage_log
 from kraftlog.storage import record_batch as rb
@@ -197,3 +200,22 @@ class Cluster:
     def completed_produces(self) -> dict[int, dict[TopicPartition, purgatory.ProducePartitionResponse]]:
         done = self.leader_manager.take_completed()
         return {c.op_id: c.responses for c in done.produces}
+
+
+class Metadata:
+    """A metadata image advanced by replaying records, one delta per :meth:`commit`."""
+
+    def __init__(self) -> None:
+        self.image = im.EMPTY
+        self.offset = 0
+
+    def commit(self, *records: r.MetadataRecord) -> tuple[dl.MetadataDelta, im.MetadataImage]:
+        delta = dl.MetadataDelta(self.image)
+        for record in records:
+            delta.replay(record, self.offset, 1)
+            self.offset += 1
+        delta.set_provenance(im.MetadataProvenance(last_offset=self.offset - 1, last_epoch=1,
+                                                   last_append_timestamp_ms=0))
+        self.image = delta.apply()
+        return delta, self.image
+

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from broker_harness import open_partition
+from broker_harness import Metadata, open_partition
 
 from kraftlog import config as kconfig
 from kraftlog.broker import group_coordinator as gc
@@ -62,22 +62,6 @@ class Store:
     def delete_partition(self, partition: partition_mod.Partition) -> None:
         partition.log.close()
         shutil.rmtree(partition.log.directory)
-
-
-class Metadata:
-    def __init__(self) -> None:
-        self.image = im.EMPTY
-        self.offset = 0
-
-    def commit(self, *records: r.MetadataRecord) -> tuple[dl.MetadataDelta, im.MetadataImage]:
-        delta = dl.MetadataDelta(self.image)
-        for record in records:
-            delta.replay(record, self.offset, 1)
-            self.offset += 1
-        delta.set_provenance(im.MetadataProvenance(last_offset=self.offset - 1, last_epoch=1,
-                                                   last_append_timestamp_ms=0))
-        self.image = delta.apply()
-        return delta, self.image
 
 
 def broker_record(broker_id: int, port: int) -> r.RegisterBrokerRecord:

@@ -10,7 +10,7 @@ import pathlib
 import shutil
 
 import pytest
-from broker_harness import open_partition
+from broker_harness import Metadata, open_partition
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
@@ -49,24 +49,6 @@ class Store:
             raise OSError("disk says no")
         partition.log.close()
         shutil.rmtree(partition.log.directory)
-
-
-class Metadata:
-    """An image advanced by replaying records, one delta per :meth:`commit`."""
-
-    def __init__(self) -> None:
-        self.image = im.EMPTY
-        self.offset = 0
-
-    def commit(self, *records: r.MetadataRecord) -> tuple[dl.MetadataDelta, im.MetadataImage]:
-        delta = dl.MetadataDelta(self.image)
-        for record in records:
-            delta.replay(record, self.offset, 1)
-            self.offset += 1
-        delta.set_provenance(im.MetadataProvenance(last_offset=self.offset - 1, last_epoch=1,
-                                                   last_append_timestamp_ms=0))
-        self.image = delta.apply()
-        return delta, self.image
 
 
 @pytest.fixture
