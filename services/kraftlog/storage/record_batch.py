@@ -170,9 +170,12 @@ class Header:
     value: bytes | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Record:
-    """A decoded record with absolute offset and timestamp."""
+class Record(NamedTuple):
+    """A decoded record with absolute offset and timestamp.
+
+    A NamedTuple, not a frozen dataclass: the decoder builds one per record, and a
+    tuple costs about a quarter as much to make (build it with keywords all the same).
+    """
 
     offset: int
     timestamp_ms: int
@@ -181,12 +184,13 @@ class Record:
     headers: tuple[Header, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RecordInput:
+class RecordInput(NamedTuple):
     """A record as a client hands it to :func:`build_batch`.
 
     ``timestamp_ms`` None means "now" (the encoder's ``now_ms``), as a Kafka
-    producer stamps a record without a timestamp at send time.
+    producer stamps a record without a timestamp at send time. A NamedTuple, not a
+    frozen dataclass, because ``Producer.send`` makes one per record (build it with
+    keywords all the same); the encoder unpacks it in one step.
     """
 
     key: bytes | None = None
@@ -1005,6 +1009,108 @@ def _encode_record(
     out.append(encoded)
 
 
+def _timestamp_of(index: int, record: object, log_append_time: bool, now_ms: int) -> int:
+    if not isinstance(record, RecordInput):
+        raise ValueError(f"records[{index}] must be a RecordInput, got {type(record).__name__}")
+    timestamp = record.timestamp_ms
+    if log_append_time or timestamp is None:
+        return now_ms
+    _check_range(f"records[{index}].timestamp_ms", timestamp, _INT64)
+    return timestamp
+
+
+def _check_control_key(index: int, key: object) -> None:
+    if key is None or not isinstance(key, bytes | bytearray | memoryview) or (
+            len(key) < _CONTROL_KEY.size):
+        raise ValueError(
+            f"records[{index}] of a control batch needs a control record key "
+            "(version int16, type int16)"
+        )
+
+
+def _encode_records_general(
+    records: Sequence[RecordInput], *, log_append_time: bool, now_ms: int, is_control: bool
+) -> tuple[list[bytes], int, int]:
+    """The records section's pieces, baseTimestamp and maxTimestamp, one field at a time.
+
+    The reference encoder: :func:`_encode_records` must produce the same bytes (a
+    property test checks it); it is what that fast path falls back to for a record
+    with headers or an unusual field.
+    """
+    timestamps = [_timestamp_of(index, record, log_append_time, now_ms)
+                  for index, record in enumerate(records)]
+    if is_control:
+        for index, record in enumerate(records):
+            _check_control_key(index, record.key)
+    base_timestamp = timestamps[0]
+    parts: list[bytes] = []
+    for index, record in enumerate(records):
+        delta = timestamps[index] - base_timestamp
+        _check_range(f"records[{index}] timestamp delta", delta, _INT64)
+        _encode_record(parts, index, record, delta)
+    return parts, base_timestamp, max(timestamps)
+
+
+def _encode_records(
+    records: Sequence[RecordInput], *, log_append_time: bool, now_ms: int, is_control: bool
+) -> tuple[list[bytes], int, int]:
+    """What :func:`_encode_records_general` returns, with a fast path per record.
+
+    A record with bytes (or None) key and value, no headers, and every varint in
+    :data:`varint.NON_NEGATIVE`'s range (lengths and deltas under 16384; a
+    timestamp at or after the batch's first) costs a few tuple lookups and one
+    ``extend``; any other record goes through :func:`_encode_record`, field by field.
+    Checks are the general path's: the fast path only takes values it has
+    proven in range.
+    """
+    small = varint.NON_NEGATIVE
+    n_small = len(small)
+    base_timestamp = _timestamp_of(0, records[0], log_append_time, now_ms)
+    max_timestamp = base_timestamp
+    parts: list[bytes] = []
+    extend = parts.extend
+    for index, record in enumerate(records):
+        if type(record) is not RecordInput:  # a subclass still works, through the checks
+            timestamp = _timestamp_of(index, record, log_append_time, now_ms)
+            key, value, headers, _ = record
+        else:
+            key, value, headers, timestamp = record  # type: ignore[assignment]
+            if log_append_time or timestamp is None:
+                timestamp = now_ms
+            elif type(timestamp) is not int or not (
+                    varint.INT64_MIN <= timestamp <= varint.INT64_MAX):
+                _check_range(f"records[{index}].timestamp_ms", timestamp, _INT64)
+        if is_control:
+            _check_control_key(index, key)
+        if timestamp > max_timestamp:
+            max_timestamp = timestamp
+        delta = timestamp - base_timestamp
+        if (not headers and 0 <= delta < n_small and index < n_small
+                and (key is None or (type(key) is bytes and len(key) < n_small))
+                and (value is None or (type(value) is bytes and len(value) < n_small))):
+            if key is None:
+                key_part = b"\x01"  # zigzag(-1): a null key
+                key = b""
+            else:
+                key_part = small[len(key)]
+            if value is None:
+                value_part = b"\x01"
+                value = b""
+            else:
+                value_part = small[len(value)]
+            delta_part = small[delta]
+            index_part = small[index]
+            # attributes + deltas + key length + key + value length + value + header count
+            size = (2 + len(delta_part) + len(index_part) + len(key_part) + len(key)
+                    + len(value_part) + len(value))
+            extend((small[size] if size < n_small else varint.encode_varint(size), b"\x00",
+                    delta_part, index_part, key_part, key, value_part, value, b"\x00"))
+        else:
+            _check_range(f"records[{index}] timestamp delta", delta, _INT64)
+            _encode_record(parts, index, record, delta)
+    return parts, base_timestamp, max_timestamp
+
+
 def build_batch(
     records: Sequence[RecordInput],
     *,
@@ -1044,29 +1150,12 @@ def build_batch(
     codec = CompressionType(compression)
     ts_type = TimestampType(timestamp_type)
 
-    timestamps: list[int] = []
-    for index, record in enumerate(records):
-        if not isinstance(record, RecordInput):
-            raise ValueError(f"records[{index}] must be a RecordInput, got {type(record).__name__}")
-        if ts_type is TimestampType.LOG_APPEND_TIME or record.timestamp_ms is None:
-            timestamps.append(now_ms)
-        else:
-            _check_range(f"records[{index}].timestamp_ms", record.timestamp_ms, _INT64)
-            timestamps.append(record.timestamp_ms)
-        if is_control and (record.key is None or len(record.key) < _CONTROL_KEY.size):
-            raise ValueError(
-                f"records[{index}] of a control batch needs a control record key "
-                "(version int16, type int16)"
-            )
-    base_timestamp = timestamps[0]
-    max_timestamp = max(timestamps)
-
-    parts: list[bytes] = []
-    for index, record in enumerate(records):
-        delta = timestamps[index] - base_timestamp
-        _check_range(f"records[{index}] timestamp delta", delta, _INT64)
-        _encode_record(parts, index, record, delta)
-    section = codecs.compress(codec, b"".join(parts))
+    parts, base_timestamp, max_timestamp = _encode_records(
+        records, log_append_time=ts_type is TimestampType.LOG_APPEND_TIME, now_ms=now_ms,
+        is_control=is_control)
+    section = b"".join(parts)
+    if codec is not CompressionType.NONE:
+        section = codecs.compress(codec, section)
 
     attributes = int(codec) | (int(ts_type) << 3)
     if is_transactional:
@@ -1076,15 +1165,17 @@ def build_batch(
     batch_length = MIN_BATCH_LENGTH + len(section)
     _check_range("batch length", batch_length, _INT32)
 
-    out = bytearray(HEADER_SIZE + len(section))
+    header = bytearray(HEADER_SIZE)
     _HEADER.pack_into(
-        out, 0, base_offset, batch_length, partition_leader_epoch, MAGIC, 0, attributes,
+        header, 0, base_offset, batch_length, partition_leader_epoch, MAGIC, 0, attributes,
         count - 1, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
         count,
     )
-    out[HEADER_SIZE:] = section
-    _U32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return bytes(out)
+    # The CRC covers attributes..end: the header's tail, then the section (crc32c
+    # continues a running value), so the section is copied once, into the result.
+    crc = crc32c.crc32c(section, crc32c.crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
+    _U32.pack_into(header, CRC_OFFSET, crc)
+    return b"".join((header, section))
 
 
 # ---------------------------------------------------------------------------------------
@@ -1141,6 +1232,10 @@ class _RecordsCorrupt(Exception):
         self.offset = offset
 
 
+class _Unusual(Exception):
+    """Internal: the fast record decoder met something it leaves to the general one."""
+
+
 def _read_varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
     try:
         return varint.decode_varint(data, pos)
@@ -1156,7 +1251,10 @@ def _read_varlong(data: bytes, pos: int, what: str) -> tuple[int, int]:
 
 
 def _read_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(data, pos, f"{what} length")
+    try:
+        length, pos = varint.decode_varint(data, pos)
+    except ValueError as exc:  # the message is formatted only when it is needed
+        raise _RecordsCorrupt(f"bad {what} length: {exc}", pos) from None
     if length == -1:
         return None, pos
     if length < -1:
@@ -1166,71 +1264,211 @@ def _read_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | N
     return data[pos : pos + length], pos + length
 
 
-def _decode_records(
-    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
-) -> tuple[Record, ...]:
-    records: list[Record] = []
-    pos = 0
+def _decode_record(
+    data: bytes, pos: int, index: int, count: int, base_offset: int, base_timestamp: int,
+    log_append_time: int | None,
+) -> tuple[Record, int]:
+    """Decode record ``index`` starting at ``pos``, field by field; return it and the next
+    position. The reference decoder, with every check and its message (the fast path
+    in :func:`_decode_records` hands it anything unusual)."""
+    start = pos
     end = len(data)
-    for index in range(count):
-        start = pos
-        if pos >= end:
-            raise _RecordsCorrupt(
-                f"record count says {count} records but the section ends after {index}", pos
-            )
-        length, pos = _read_varint(data, pos, "record length")
-        if length <= 0 or pos + length > end:
-            raise _RecordsCorrupt(
-                f"record {index} has invalid length {length} ({end - pos} bytes remain)", start
-            )
-        limit = pos + length
-        pos += 1  # record attributes int8: unused in v2
-        timestamp_delta, pos = _read_varlong(data, pos, "timestamp delta")
-        offset_delta, pos = _read_varint(data, pos, "offset delta")
-        key, pos = _read_bytes(data, pos, limit, "key")
-        value, pos = _read_bytes(data, pos, limit, "value")
-        header_count, pos = _read_varint(data, pos, "header count")
-        if header_count < 0:
-            raise _RecordsCorrupt(f"record {index} has negative header count {header_count}", pos)
-        headers: list[Header] = []
-        for _ in range(header_count):
-            if pos >= limit:
-                raise _RecordsCorrupt(f"record {index} ends inside its headers", pos)
-            h_key_start = pos
-            h_key, pos = _read_bytes(data, pos, limit, "header key")
-            if h_key is None:
-                raise _RecordsCorrupt(f"record {index} has a null header key", h_key_start)
-            h_value, pos = _read_bytes(data, pos, limit, "header value")
-            try:
-                key_text = h_key.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise _RecordsCorrupt(
-                    f"record {index} header key is not UTF-8: {exc}", h_key_start
-                ) from None
-            headers.append(Header(key=key_text, value=h_value))
-        if pos != limit:
-            raise _RecordsCorrupt(
-                f"record {index} declares {length} bytes but its fields use {pos - limit + length}",
-                start,
-            )
-        timestamp = log_append_time if log_append_time is not None else (
-            base_timestamp + timestamp_delta
+    if pos >= end:
+        raise _RecordsCorrupt(
+            f"record count says {count} records but the section ends after {index}", pos
         )
-        records.append(
-            Record(
-                offset=base_offset + offset_delta,
-                timestamp_ms=timestamp,
-                key=key,
-                value=value,
-                headers=tuple(headers),
-            )
+    length, pos = _read_varint(data, pos, "record length")
+    if length <= 0 or pos + length > end:
+        raise _RecordsCorrupt(
+            f"record {index} has invalid length {length} ({end - pos} bytes remain)", start
         )
+    limit = pos + length
+    pos += 1  # record attributes int8: unused in v2
+    timestamp_delta, pos = _read_varlong(data, pos, "timestamp delta")
+    offset_delta, pos = _read_varint(data, pos, "offset delta")
+    key, pos = _read_bytes(data, pos, limit, "key")
+    value, pos = _read_bytes(data, pos, limit, "value")
+    headers, pos = _decode_headers(data, pos, limit, index)
+    if pos != limit:
+        raise _RecordsCorrupt(
+            f"record {index} declares {length} bytes but its fields use {pos - limit + length}",
+            start,
+        )
+    timestamp = log_append_time if log_append_time is not None else (
+        base_timestamp + timestamp_delta
+    )
+    return Record(base_offset + offset_delta, timestamp, key, value, headers), pos
+
+
+def _decode_headers(data: bytes, pos: int, limit: int, index: int
+                    ) -> tuple[tuple[Header, ...], int]:
+    """Record ``index``'s header count and headers from ``pos``; return them and the next
+    position (not yet checked against the record's end, ``limit``)."""
+    header_count, pos = _read_varint(data, pos, "header count")
+    if header_count < 0:
+        raise _RecordsCorrupt(f"record {index} has negative header count {header_count}", pos)
+    headers: list[Header] = []
+    for _ in range(header_count):
+        if pos >= limit:
+            raise _RecordsCorrupt(f"record {index} ends inside its headers", pos)
+        h_key_start = pos
+        h_key, pos = _read_bytes(data, pos, limit, "header key")
+        if h_key is None:
+            raise _RecordsCorrupt(f"record {index} has a null header key", h_key_start)
+        h_value, pos = _read_bytes(data, pos, limit, "header value")
+        try:
+            key_text = h_key.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _RecordsCorrupt(
+                f"record {index} header key is not UTF-8: {exc}", h_key_start
+            ) from None
+        headers.append(Header(key=key_text, value=h_value))
+    return tuple(headers), pos
+
+
+def _check_section_end(pos: int, end: int, count: int) -> None:
     if pos != end:
         raise _RecordsCorrupt(
             f"record count mismatch: {end - pos} bytes remain after the {count} declared records",
             pos,
         )
-    return tuple(records)
+
+
+def _decode_records_general(
+    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
+) -> list[Record]:
+    """Every record of a records section through :func:`_decode_record` (the reference
+    :func:`_decode_records` must agree with, byte for byte and error for error)."""
+    records: list[Record] = []
+    pos = 0
+    for index in range(count):
+        record, pos = _decode_record(
+            data, pos, index, count, base_offset, base_timestamp, log_append_time)
+        records.append(record)
+    _check_section_end(pos, len(data), count)
+    return records
+
+
+def _decode_records(
+    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
+) -> list[Record]:
+    """:func:`_decode_records_general`'s result, with a fast path per record.
+
+    The common record (every varint before the headers at most two bytes, which
+    covers lengths and deltas under 8192) is read inline: no call per field, a
+    length read as one or two byte lookups; headers, when there are any, go
+    through the general :func:`_decode_headers`. Anything else (a longer varint,
+    a negative length other than a null key/value, a length that does not add up,
+    the end of the data) raises :class:`_Unusual` before anything is kept,
+    and that record is decoded again from its first byte by
+    :func:`_decode_record`, which accepts it or raises the precise error. The fast
+    path accepts only what the general one accepts, with the same result.
+    """
+    records: list[Record] = []
+    append = records.append
+    new_record = tuple.__new__
+    record_type = Record
+    pos = 0
+    end = len(data)
+    no_headers: tuple[Header, ...] = ()
+    for index in range(count):
+        start = pos
+        try:
+            # Zigzag varints: raw value v encodes (v >> 1) ^ -(v & 1); an odd raw value
+            # of a length is negative (1 means -1: null key or value).
+            raw = data[pos]
+            if raw < 0x80:
+                pos += 1
+            else:
+                high = data[pos + 1]
+                if high >= 0x80:
+                    raise _Unusual
+                raw = (raw & 0x7F) | (high << 7)
+                pos += 2
+            if raw & 1 or raw == 0:
+                raise _Unusual
+            limit = pos + (raw >> 1)
+            if limit > end:
+                raise _Unusual
+            pos += 1  # record attributes int8: unused in v2
+            raw = data[pos]
+            if raw < 0x80:
+                pos += 1
+            else:
+                high = data[pos + 1]
+                if high >= 0x80:
+                    raise _Unusual
+                raw = (raw & 0x7F) | (high << 7)
+                pos += 2
+            timestamp_delta = (raw >> 1) ^ -(raw & 1)
+            raw = data[pos]
+            if raw < 0x80:
+                pos += 1
+            else:
+                high = data[pos + 1]
+                if high >= 0x80:
+                    raise _Unusual
+                raw = (raw & 0x7F) | (high << 7)
+                pos += 2
+            offset_delta = (raw >> 1) ^ -(raw & 1)
+            raw = data[pos]
+            if raw == 1:
+                key = None
+                pos += 1
+            else:
+                if raw < 0x80:
+                    pos += 1
+                else:
+                    high = data[pos + 1]
+                    if high >= 0x80:
+                        raise _Unusual
+                    raw = (raw & 0x7F) | (high << 7)
+                    pos += 2
+                if raw & 1:
+                    raise _Unusual
+                stop = pos + (raw >> 1)
+                if stop > limit:
+                    raise _Unusual
+                key = data[pos:stop]
+                pos = stop
+            raw = data[pos]
+            if raw == 1:
+                value = None
+                pos += 1
+            else:
+                if raw < 0x80:
+                    pos += 1
+                else:
+                    high = data[pos + 1]
+                    if high >= 0x80:
+                        raise _Unusual
+                    raw = (raw & 0x7F) | (high << 7)
+                    pos += 2
+                if raw & 1:
+                    raise _Unusual
+                stop = pos + (raw >> 1)
+                if stop > limit:
+                    raise _Unusual
+                value = data[pos:stop]
+                pos = stop
+            if data[pos] == 0:  # no headers: the common case
+                headers = no_headers
+                pos += 1
+            else:  # the general header decoder: its errors are the general path's
+                headers, pos = _decode_headers(data, pos, limit, index)
+            if pos != limit:
+                raise _Unusual
+            append(new_record(record_type, (
+                base_offset + offset_delta,
+                log_append_time if log_append_time is not None
+                else base_timestamp + timestamp_delta,
+                key, value, headers)))
+        except (_Unusual, IndexError):
+            record, pos = _decode_record(
+                data, start, index, count, base_offset, base_timestamp, log_append_time)
+            append(record)
+    _check_section_end(pos, end, count)
+    return records
 
 
 def _decode_one(
@@ -1271,7 +1509,8 @@ def _decode_one(
     )
     log_append_time = max_timestamp if timestamp_type is TimestampType.LOG_APPEND_TIME else None
     try:
-        records = _decode_records(data, count, base_offset, base_timestamp, log_append_time)
+        records = tuple(
+            _decode_records(data, count, base_offset, base_timestamp, log_append_time))
     except _RecordsCorrupt as exc:
         if section_start >= 0:
             at = section_start + exc.offset
