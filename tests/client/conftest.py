@@ -2,7 +2,10 @@
 
 One broker (node 1) leading every partition of its topics, on a real gRPC
 server in this process: Metadata, Produce (offsets assigned by patching each
-batch's baseOffset, errors scripted per partition), Fetch (from the stored
+batch's baseOffset, errors scripted per partition; idempotent batches checked as
+a Kafka broker does: the next sequence of the producer id, else the original
+offset for one of its last 5 batches, else OUT_OF_ORDER_SEQUENCE_NUMBER, or
+UNKNOWN_PRODUCER_ID for an unknown producer not starting at 0), Fetch (from the stored
 batches, OFFSET_OUT_OF_RANGE outside [log start, end]), ListOffsets. Requests are
 recorded so tests can check batching and retries.
 """
@@ -42,6 +45,19 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.next_producer_id = 4000
         self.init_producer_id_errors: list[ErrorCode] = []
         self.init_producer_id_unimplemented = False
+        self.producers: dict[tuple[str, int, int], list[tuple[int, int, int]]] = {}
+        """(topic, partition, producer id) -> its last 5 batches: (first seq, last seq, offset)."""
+        self.produce_delays: dict[tuple[str, int], list[float]] = {}
+        """Seconds a partition's next Produce waits before it is handled (requests overlap)."""
+        self.by_sequence: dict[int, tuple[float, ErrorCode | None]] = {}
+        """For the first idempotent batch with this base sequence (any partition): seconds
+        to wait, and then either the error to refuse it with or, for None, write it and
+        answer REQUEST_TIMED_OUT after the wait (its answer was lost)."""
+        self.answered_codes: list[ErrorCode] = []
+        self.duplicates = 0
+        self.produce_running = 0
+        self.produce_most = 0
+        """The most Produce requests handled at once."""
 
     def InitProducerId(self, request: Any, context: Any) -> Any:
         if self.init_producer_id_unimplemented:  # a broker from before idempotent produce
@@ -79,7 +95,58 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                     isr_nodes=[1]) for p in range(count)]))
         return answer
 
+    def _check_sequence(self, key: tuple[str, int], records: bytes) -> tuple[ErrorCode, int]:
+        """An idempotent batch's verdict (one batch per partition and request): NONE and -1
+        to append it, NONE and an offset for a duplicate, or the refusal."""
+        header = rb.BatchHeader(records)
+        if header.producer_id < 0:
+            return ErrorCode.NONE, -1
+        first, last = header.base_sequence, header.base_sequence + header.last_offset_delta
+        cached = self.producers.get((*key, header.producer_id))
+        if cached is None:
+            return (ErrorCode.NONE, -1) if first == 0 else (ErrorCode.UNKNOWN_PRODUCER_ID, -1)
+        for c_first, c_last, offset in cached:
+            if (c_first, c_last) == (first, last):
+                return ErrorCode.NONE, offset
+        if first != cached[-1][1] + 1:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1
+        return ErrorCode.NONE, -1
+
     def Produce(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            self.produce_running += 1
+            self.produce_most = max(self.produce_most, self.produce_running)
+        try:
+            return self._produce(request, context)
+        finally:
+            with self.lock:
+                self.produce_running -= 1
+
+    def _produce(self, request: Any, context: Any) -> Any:
+        # Scripts are taken in arrival order; a delayed request is handled after later ones.
+        before = after = 0.0
+        scripted: dict[tuple[str, int], ErrorCode] = {}
+        lost: set[tuple[str, int]] = set()
+        with self.lock:
+            for topic in request.topic_data:
+                for data in topic.partition_data:
+                    key = (topic.name, data.index)
+                    script = self.produce_errors.get(key)
+                    scripted[key] = script.pop(0) if script else ErrorCode.NONE
+                    pauses = self.produce_delays.get(key)
+                    pause = pauses.pop(0) if pauses else 0.0
+                    header = rb.BatchHeader(data.records)
+                    planned = (self.by_sequence.pop(header.base_sequence, None)
+                               if header.producer_id >= 0 else None)
+                    if planned is not None:
+                        pause, refusal = planned
+                        if refusal is None:
+                            lost.add(key)
+                            after = max(after, pause)
+                            continue
+                        scripted[key] = refusal
+                    before = max(before, pause)
+        time.sleep(before)
         with self.lock:
             self.produce_requests.append(request)
             self.produce_metadata.append(dict(context.invocation_metadata()))
@@ -88,14 +155,30 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                 parts = []
                 for data in topic.partition_data:
                     key = (topic.name, data.index)
-                    script = self.produce_errors.get(key)
-                    code = script.pop(0) if script else ErrorCode.NONE
+                    code = scripted[key]
+                    duplicate = -1
+                    if code is ErrorCode.NONE:
+                        code, duplicate = self._check_sequence(key, data.records)
                     if code is not ErrorCode.NONE:
+                        self.answered_codes.append(code)
                         parts.append(broker_pb2.ProduceResponse.PartitionProduceResponse(
                             index=data.index, error=_error(code, f"scripted {code.name}"),
                             base_offset=-1, log_append_time_ms=-1, log_start_offset=-1))
                         continue
+                    if duplicate >= 0:
+                        self.duplicates += 1
+                        self.answered_codes.append(ErrorCode.NONE)
+                        parts.append(broker_pb2.ProduceResponse.PartitionProduceResponse(
+                            index=data.index, error=_error(ErrorCode.NONE), base_offset=duplicate,
+                            log_append_time_ms=-1, log_start_offset=0))
+                        continue
                     base = self.end(key)
+                    header = rb.BatchHeader(data.records)
+                    if header.producer_id >= 0:
+                        cached = self.producers.setdefault((*key, header.producer_id), [])
+                        cached.append((header.base_sequence,
+                                       header.base_sequence + header.last_offset_delta, base))
+                        del cached[:-5]
                     next_offset = base
                     raw = bytearray(data.records)
                     for header in list(rb.iter_batches(raw)):
@@ -104,13 +187,16 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                     for header in rb.iter_batches(bytes(raw)):
                         self.logs.setdefault(key, []).append(
                             bytes(raw[header.position:header.position + header.size_in_bytes]))
+                    written = ErrorCode.REQUEST_TIMED_OUT if key in lost else ErrorCode.NONE
+                    self.answered_codes.append(written)
                     parts.append(broker_pb2.ProduceResponse.PartitionProduceResponse(
-                        index=data.index, error=_error(ErrorCode.NONE),
-                        base_offset=base if request.acks != 0 else -1,
+                        index=data.index, error=_error(written),
+                        base_offset=base if request.acks != 0 and not written else -1,
                         log_append_time_ms=-1, log_start_offset=0))
                 answer.responses.append(broker_pb2.ProduceResponse.TopicProduceResponse(
                     name=topic.name, partition_responses=parts))
-            return answer
+        time.sleep(after)
+        return answer
 
     def Fetch(self, request: Any, context: Any) -> Any:
         answer = broker_pb2.FetchResponse()

@@ -5,10 +5,12 @@ are appended to the last open :class:`ProducerBatch` of their partition; a batch
 closes when it reaches ``batch.size`` bytes (a record bigger than that gets a
 batch of its own). A partition is *ready* when its first batch is closed, has
 waited ``linger.ms``, or a flush or close asks for everything; the sender drains
-ready partitions, at most ``max.request.size`` bytes each, and while a
-partition's batches are in flight it is *muted* (one in-flight request per
-partition keeps its order across retries: a failed batch goes back to the front
-of its queue).
+ready partitions, at most ``max.request.size`` bytes each. The producer says
+which partitions may not send now (*muted*: ``max.in.flight.requests.per.connection``
+requests in flight) and which have requests in flight but room for more (*busy*):
+a busy partition sends only fresh batches, never a retry, so a failed batch,
+which goes back to its queue in creation order, is resent only once nothing
+sent after it is still in flight (Kafka's accumulator does the same).
 
 The handles are opaque to this module (the producer's futures). Pure: the
 caller passes ``now_ms`` (a monotonic clock), no locks here (the producer holds
@@ -58,6 +60,10 @@ class ProducerBatch(Generic[H]):
     """Not to be sent again before this time (retry.backoff.ms after a failure)."""
     encoded: bytes | None = None
     """The RecordBatch bytes once built; reused by retries so timestamps stay put."""
+    order: int = 0
+    """Creation order within the accumulator: a retried batch goes back in this order."""
+    producer_id: int = rb.NO_PRODUCER_ID
+    """The producer id ``encoded`` carries (idempotent producer), -1 when none."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +74,12 @@ class AppendResult:
     batch_full: bool
 
 
+# Every append returns one of these four (immutable) values instead of a new object:
+# append runs once per record on the caller's thread.
+_APPEND_RESULTS = {(new, full): AppendResult(new_batch=new, batch_full=full)
+                   for new in (False, True) for full in (False, True)}
+
+
 class RecordAccumulator(Generic[H]):
     """Per-partition queues of batches. See the module docstring."""
 
@@ -75,6 +87,7 @@ class RecordAccumulator(Generic[H]):
         self.batch_size = batch_size
         self.linger_ms = linger_ms
         self._queues: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
+        self._created = 0
         self.buffered_bytes = 0
         """Bytes of records appended and not yet completed (buffer.memory accounting)."""
         self.pending_records = 0
@@ -82,7 +95,9 @@ class RecordAccumulator(Generic[H]):
     def append(self, tp: TopicPartition, record: rb.RecordInput, handle: H, *,
                now_ms: int, size: int | None = None) -> AppendResult:
         size = estimate_size(record) if size is None else size
-        queue = self._queues.setdefault(tp, deque())
+        queue = self._queues.get(tp)
+        if queue is None:  # (not setdefault: that would build a deque on every append)
+            queue = self._queues[tp] = deque()
         last = queue[-1] if queue else None
         new_batch = False
         full_before = False
@@ -91,7 +106,8 @@ class RecordAccumulator(Generic[H]):
             if last is not None and not last.closed:
                 last.closed = True
                 full_before = True
-            last = ProducerBatch(tp=tp, created_ms=now_ms)
+            self._created += 1
+            last = ProducerBatch(tp=tp, created_ms=now_ms, order=self._created)
             queue.append(last)
             new_batch = True
         last.records.append(record)
@@ -101,21 +117,26 @@ class RecordAccumulator(Generic[H]):
         self.pending_records += 1
         if last.size_bytes >= self.batch_size:
             last.closed = True
-        return AppendResult(new_batch=new_batch, batch_full=full_before or last.closed)
+        return _APPEND_RESULTS[new_batch, full_before or last.closed]
 
-    def ready(self, now_ms: int, *, flushing: bool, muted: Iterable[TopicPartition] = ()
-              ) -> tuple[list[TopicPartition], int | None]:
+    def ready(self, now_ms: int, *, flushing: bool, muted: Iterable[TopicPartition] = (),
+              busy: Iterable[TopicPartition] = ()) -> tuple[list[TopicPartition], int | None]:
         """Partitions whose first batch may be sent now, and the next time one may become ready.
 
-        ``muted`` partitions (with a request in flight) are skipped.
+        ``muted`` partitions (no room for another request in flight) are skipped;
+        ``busy`` ones (requests in flight, room for more) only when their first
+        batch is a retry, which waits until they have nothing in flight.
         """
         skip = set(muted)
+        in_flight = set(busy)
         ready: list[TopicPartition] = []
         next_ms: int | None = None
         for tp, queue in self._queues.items():
             if not queue or tp in skip:
                 continue
             head = queue[0]
+            if head.attempts > 0 and tp in in_flight:
+                continue  # the producer wakes the sender when the in-flight requests end
             if head.retry_at_ms > now_ms:
                 due = head.retry_at_ms
             elif head.closed or len(queue) > 1 or flushing or head.attempts > 0:
@@ -153,10 +174,23 @@ class RecordAccumulator(Generic[H]):
         return taken
 
     def reenqueue(self, batches: list[ProducerBatch[H]], *, retry_at_ms: int) -> None:
-        """Put in-flight batches back at the front of their queue, in order, for a retry."""
-        for batch in reversed(batches):
+        """Put in-flight batches back in their queue for a retry, in creation order: before
+        every batch created after them (batches of several failed requests may come
+        back in any order; they are resent oldest first)."""
+        for batch in batches:
             batch.retry_at_ms = retry_at_ms
-            self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+            queue = self._queues.get(batch.tp)
+            if queue is None:
+                queue = self._queues[batch.tp] = deque()
+            index = 0
+            while index < len(queue) and queue[index].order < batch.order:
+                index += 1
+            queue.insert(index, batch)
+
+    def first(self, tp: TopicPartition) -> ProducerBatch[H] | None:
+        """The batch ``tp`` sends next, None when its queue is empty."""
+        queue = self._queues.get(tp)
+        return queue[0] if queue else None
 
     def unbuild_all(self) -> None:
         """Forget every queued batch's encoded bytes (the idempotent producer renumbers

@@ -82,6 +82,11 @@ def parse_compression(value: str | CompressionType) -> CompressionType:
     return codec
 
 
+MAX_IDEMPOTENT_IN_FLIGHT = 5
+"""Kafka's bound on ``max.in.flight.requests.per.connection`` with idempotence (the
+broker's ``ProducerStateEntry.NUM_BATCHES_TO_RETAIN``)."""
+
+
 def _check_positive(name: str, value: int, minimum: int = 0) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name}={value!r} must be an integer >= {minimum}")
@@ -121,6 +126,12 @@ class ProducerConfig:
     """``enable.idempotence`` (KIP-98): a producer id from InitProducerId and a sequence
     number per batch and partition, so a retry after a lost answer is not written twice.
     Used with acks=all only (as Kafka's default: other acks turn it off)."""
+    max_in_flight_requests_per_connection: int = 5
+    """``max.in.flight.requests.per.connection``: Produce requests a partition may have
+    unanswered at once (each carries at most one batch of it when idempotent), counted
+    from its oldest unanswered one. At most 5 with idempotence: the broker remembers a
+    producer's last 5 batches per partition to recognise a retried one (KIP-98). Without
+    idempotence, more than 1 can reorder a partition's records when a batch is retried."""
 
     @property
     def idempotent(self) -> bool:
@@ -135,8 +146,14 @@ class ProducerConfig:
                      "metadata_max_age_ms"):
             _check_positive(name.replace("_", "."), getattr(self, name))
         for name in ("batch_size", "max_request_size", "buffer_memory", "request_timeout_ms",
-                     "delivery_timeout_ms"):
+                     "delivery_timeout_ms", "max_in_flight_requests_per_connection"):
             _check_positive(name.replace("_", "."), getattr(self, name), 1)
+        if self.idempotent and self.max_in_flight_requests_per_connection > MAX_IDEMPOTENT_IN_FLIGHT:
+            raise ConfigError(
+                f"max.in.flight.requests.per.connection={self.max_in_flight_requests_per_connection}"
+                f" must be at most {MAX_IDEMPOTENT_IN_FLIGHT} with enable.idempotence=true (the "
+                f"broker keeps a producer's last {MAX_IDEMPOTENT_IN_FLIGHT} batches to detect "
+                "retried ones); lower it, or set enable.idempotence=false")
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             raise ConfigError(
                 f"delivery.timeout.ms={self.delivery_timeout_ms} must be at least linger.ms + "

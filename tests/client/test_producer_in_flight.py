@@ -1,0 +1,172 @@
+"""``max.in.flight.requests.per.connection``: pipelined Produce requests per partition,
+against the in-process fake broker (tests/client/conftest.py), which checks
+idempotent sequences as a Kafka broker does.
+
+A partition may have up to N requests unanswered; a retried batch is resent before
+every batch created after it, with its sequence; a sequence error behind an
+unwritten batch is a retry, not a new producer id; a lost answer is deduplicated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kraftlog import client
+from kraftlog.client import accumulator as acc
+from kraftlog.error_codes import ErrorCode
+from kraftlog.errors import ConfigError
+from kraftlog.storage import record_batch as rb
+
+T0 = client.TopicPartition(topic="t", partition=0)
+
+
+def producer_for(broker: Any, **overrides: Any) -> client.Producer:
+    settings: dict[str, Any] = {"bootstrap_servers": (f"127.0.0.1:{broker.port}",),
+                                "linger_ms": 0, "retry_backoff_ms": 10, "batch_size": 100,
+                                "request_timeout_ms": 5000, "delivery_timeout_ms": 20000,
+                                "max_block_ms": 2000}
+    settings.update(overrides)
+    return client.Producer(client.ProducerConfig(**settings))
+
+
+def log_of(broker: Any, key: tuple[str, int] = ("t", 0)) -> list[tuple[int, int, int, list[bytes]]]:
+    """(producer id, base sequence, base offset, values) of each stored batch."""
+    out = []
+    for raw in broker.logs.get(key, []):
+        [batch] = rb.decode_batches(raw)
+        out.append((batch.producer_id, batch.base_sequence, batch.base_offset,
+                    [r.value for r in batch.records]))
+    return out
+
+
+def send_all(producer: client.Producer, count: int) -> list[client.RecordFuture]:
+    futures = [producer.send("t", b"%04d" % i + b"x" * 40, partition=0) for i in range(count)]
+    producer.flush(15000)
+    return futures
+
+
+def assert_written_once_in_order(broker: Any, futures: list[client.RecordFuture], count: int) -> None:
+    offsets = [f.result(timeout=1).offset for f in futures]
+    assert offsets == list(range(count))
+    log = log_of(broker)
+    values = [v for _pid, _seq, _off, batch_values in log for v in batch_values]
+    assert values == [b"%04d" % i + b"x" * 40 for i in range(count)]
+    sequences = [seq for _pid, seq, _off, _v in log]
+    sizes = [len(v) for _pid, _seq, _off, v in log]
+    assert sequences == [sum(sizes[:i]) for i in range(len(sizes))]
+
+
+@pytest.mark.parametrize("window", [1, 3, 5])
+def test_a_partition_has_at_most_max_in_flight_requests(fake_broker: Any, window: int) -> None:
+    fake_broker.produce_delays[("t", 0)] = [0.05] * 30
+    with producer_for(fake_broker, max_in_flight_requests_per_connection=window) as producer:
+        futures = send_all(producer, 40)  # one record per 100-byte batch
+    assert fake_broker.produce_most == window
+    assert_written_once_in_order(fake_broker, futures, 40)
+    for request in fake_broker.produce_requests:  # idempotent: one batch per partition
+        assert len(list(rb.iter_batches(request.topic_data[0].partition_data[0].records))) == 1
+
+
+REFUSALS = {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}
+
+
+def test_a_failed_batch_is_resent_before_the_later_ones_with_its_sequence(fake_broker: Any) -> None:
+    # The second batch is slow and fails (nothing written); the ones sent behind it reach
+    # the broker first and are refused as out of order; all are resent, oldest first,
+    # numbered as before.
+    fake_broker.by_sequence[1] = (0.2, ErrorCode.NOT_ENOUGH_REPLICAS)
+    with producer_for(fake_broker) as producer:
+        futures = send_all(producer, 30)
+    assert_written_once_in_order(fake_broker, futures, 30)
+    assert {pid for pid, _seq, _off, _v in log_of(fake_broker)} == {4001}  # no new producer id
+    assert ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER in fake_broker.answered_codes
+
+
+def test_requests_that_overtake_a_new_producers_first_batch_are_retried(fake_broker: Any) -> None:
+    # The first batch of a new producer id is slow: the next ones arrive first, and the
+    # broker does not know the producer yet (UNKNOWN_PRODUCER_ID). Not a lost state.
+    fake_broker.by_sequence[0] = (0.2, ErrorCode.NONE)
+    with producer_for(fake_broker) as producer:
+        futures = send_all(producer, 20)
+    assert_written_once_in_order(fake_broker, futures, 20)
+    assert ErrorCode.UNKNOWN_PRODUCER_ID in fake_broker.answered_codes
+    assert fake_broker.next_producer_id == 4001
+
+
+def test_requests_handled_in_any_order_are_written_in_order(fake_broker: Any) -> None:
+    # Every request waits a little: the fake's threads handle them in any order.
+    fake_broker.produce_delays[("t", 0)] = [0.01, 0.03, 0.0, 0.02, 0.04] * 10
+    with producer_for(fake_broker) as producer:
+        futures = send_all(producer, 50)
+    assert_written_once_in_order(fake_broker, futures, 50)
+    assert fake_broker.next_producer_id == 4001
+
+
+def test_a_lost_answer_is_resent_and_answered_with_the_original_offset(fake_broker: Any) -> None:
+    # Batch 1 is written but its answer is lost (REQUEST_TIMED_OUT after the append); the
+    # next 4 batches are written meanwhile (a full window of 5), and the retry of batch 1
+    # is still among the broker's last 5: recognised as a duplicate.
+    fake_broker.by_sequence[1] = (0.2, None)
+    with producer_for(fake_broker) as producer:
+        futures = send_all(producer, 30)
+    assert_written_once_in_order(fake_broker, futures, 30)
+    assert fake_broker.duplicates == 1
+    assert ErrorCode.REQUEST_TIMED_OUT in fake_broker.answered_codes
+
+
+def test_a_sequence_error_at_the_oldest_unwritten_batch_takes_a_new_producer_id(
+        fake_broker: Any) -> None:
+    fake_broker.produce_errors[("t", 0)] = [ErrorCode.NONE, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+    with producer_for(fake_broker, batch_size=10_000) as producer:
+        first = producer.send("t", b"a", partition=0)
+        producer.flush(5000)
+        second = producer.send("t", b"b", partition=0)
+        producer.flush(5000)
+    assert (first.result().offset, second.result().offset) == (0, 1)
+    assert [(pid, seq) for pid, seq, _o, _v in log_of(fake_broker)] == [(4001, 0), (4002, 0)]
+
+
+def test_max_in_flight_config_is_checked() -> None:
+    servers = ("127.0.0.1:1",)
+    with pytest.raises(ConfigError, match=r"max.in.flight.requests.per.connection=6 must be at most 5 "
+                                          r"with enable.idempotence=true"):
+        client.ProducerConfig(bootstrap_servers=servers, max_in_flight_requests_per_connection=6)
+    with pytest.raises(ConfigError, match=r"max.in.flight.requests.per.connection=0 must be an integer >= 1"):
+        client.ProducerConfig(bootstrap_servers=servers, max_in_flight_requests_per_connection=0)
+    assert client.ProducerConfig(bootstrap_servers=servers).max_in_flight_requests_per_connection == 5
+    # Without idempotence (turned off, or acks other than all) more is allowed, as in Kafka.
+    assert client.ProducerConfig(bootstrap_servers=servers, enable_idempotence=False,
+                                 max_in_flight_requests_per_connection=10)
+    assert client.ProducerConfig(bootstrap_servers=servers, acks=client.Acks.LEADER,
+                                 max_in_flight_requests_per_connection=10)
+    parsed = client.ProducerConfig.from_properties({
+        "bootstrap.servers": "127.0.0.1:1", "max.in.flight.requests.per.connection": "2"})
+    assert parsed.max_in_flight_requests_per_connection == 2
+    with pytest.raises(ConfigError, match="not an integer"):
+        client.ProducerConfig.from_properties({
+            "bootstrap.servers": "127.0.0.1:1", "max.in.flight.requests.per.connection": "many"})
+
+
+def test_accumulator_resends_in_creation_order_and_holds_a_retry_while_busy() -> None:
+    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=10, linger_ms=0)
+    for i in range(4):
+        a.append(T0, rb.RecordInput(value=b"x" * 20), i, now_ms=0)
+    first, second, third = (a.drain(T0, 10_000, max_batches=1) for _ in range(3))
+    for batch in (*first, *second, *third):
+        batch.attempts = 1
+    # Answers come back out of order; the queue keeps creation order.
+    a.reenqueue(third, retry_at_ms=0)
+    a.reenqueue(first, retry_at_ms=0)
+    a.reenqueue(second, retry_at_ms=0)
+    assert [b.handles for b in a._queues[T0]] == [[0], [1], [2], [3]]
+    # A retry at the head waits while the partition has requests in flight...
+    assert a.ready(0, flushing=False, busy=[T0]) == ([], None)
+    assert a.ready(0, flushing=False, muted=[T0]) == ([], None)
+    assert a.ready(0, flushing=False) == ([T0], None)
+    # ...a fresh head does not.
+    for _ in range(3):
+        a.drain(T0, 10_000, max_batches=1)
+    assert a.first(T0) is not None and a.first(T0).attempts == 0  # type: ignore[union-attr]
+    assert a.ready(0, flushing=False, busy=[T0]) == ([T0], None)
