@@ -17,6 +17,7 @@ Everything is bounded by ``--max-seconds`` per phase.
 
     .venv/bin/python bench/client.py [--records 200000] [--record-bytes 100]
         [--acks all,1] [--batch-size 65536] [--linger-ms 5] [--compression none]
+        [--max-in-flight 5]
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def produce(bootstrap: tuple[str, ...], topic: str, args: argparse.Namespace, ac
     config = client.ProducerConfig(
         bootstrap_servers=bootstrap, acks=client.Acks.parse(acks), linger_ms=args.linger_ms,
         batch_size=args.batch_size, compression_type=args.compression,
-        buffer_memory=64 * 1024 * 1024)
+        buffer_memory=64 * 1024 * 1024,
+        max_in_flight_requests_per_connection=args.max_in_flight)
     value = b"v" * args.record_bytes
     deadline = time.monotonic() + args.max_seconds
     sent = 0
@@ -138,6 +140,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=65536)
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--compression", default="none")
+    parser.add_argument("--max-in-flight", type=int, default=5,
+                        help="the producer's max.in.flight.requests.per.connection")
     parser.add_argument("--partition-fetch-bytes", type=int, default=1048576)
     parser.add_argument("--max-seconds", type=float, default=60.0)
     args = parser.parse_args()
@@ -176,14 +180,16 @@ def main() -> None:
             if cluster is not None:
                 cluster.kill_all()
     print(f"client throughput, {args.record_bytes}-byte records, batch.size={args.batch_size}, "
-          f"linger.ms={args.linger_ms}, compression={args.compression}, 3 partitions RF 3")
+          f"linger.ms={args.linger_ms}, compression={args.compression}, "
+          f"max.in.flight={args.max_in_flight}, 3 partitions RF 3")
     print(f"{'phase':32} {'records':>9} {'seconds':>8} {'records/s':>11} {'MB/s':>7}")
     for name, row in results.items():
         print(f"{name:32} {int(row['records']):>9} {row['seconds']:>8.2f} "
               f"{row['records_per_s']:>11,.0f} {row['mb_per_s']:>7.1f}")
     print(json.dumps({"bench": "client", "record_bytes": args.record_bytes,
                       "batch_size": args.batch_size, "linger_ms": args.linger_ms,
-                      "compression": args.compression, "results": results}))
+                      "compression": args.compression, "max_in_flight": args.max_in_flight,
+                      "results": results}))
 
 
 if __name__ == "__main__":

@@ -801,17 +801,23 @@ class Consumer:
         except CorruptRecordError as exc:
             raise client_errors.KafkaApiError(
                 ErrorCode.CORRUPT_MESSAGE, f"{tp} at offset {position}: {exc}") from None
-        buffer = self._buffers.setdefault(tp, deque())
+        buffer = self._buffers.get(tp)
+        if buffer is None:
+            buffer = self._buffers[tp] = deque()
         topic, partition = tp.topic, tp.partition
+        new_record = tuple.__new__  # skips the NamedTuple's Python-level __new__: per record
         for batch in batches:
             if batch.is_control or batch.last_offset < position:
                 continue
             ts_type = batch.timestamp_type
             epoch = batch.partition_leader_epoch
-            buffer.extend(
-                ConsumerRecord(topic, partition, r.offset, r.timestamp_ms, ts_type, r.key,
-                               r.value, r.headers, epoch)
-                for r in batch.records if r.offset >= position)
+            records: Iterable[rb.Record] = batch.records
+            if batch.base_offset < position:  # the fetch started inside this batch
+                records = [r for r in records if r.offset >= position]
+            buffer.extend([
+                new_record(ConsumerRecord, (topic, partition, offset, timestamp, ts_type, key,
+                                            value, headers, epoch))
+                for offset, timestamp, key, value, headers in records])
         if batches:
             self._fetch_next[tp] = max(position, batches[-1].next_offset)
         if not buffer:
