@@ -15,6 +15,11 @@ Prints records/s and MB/s (payload bytes: key + value) and one JSON line. No
 anchor yet: the Spark data source bench will use this consumer as its anchor.
 Everything is bounded by ``--max-seconds`` per phase.
 
+``--micro`` starts no cluster: it prints the client's own CPU cost per record
+(``thread_time`` / ``process_time``, min of repeats, so other processes disturb it
+little): ``Producer.send`` with the metadata lookup stubbed, and the consumer turning
+fetched bytes (4 batches of 256 x ``--record-bytes``) into ConsumerRecords.
+
     .venv/bin/python bench/client.py [--records 200000] [--record-bytes 100]
         [--acks all,1] [--batch-size 65536] [--linger-ms 5] [--compression none]
         [--max-in-flight 5]
@@ -129,6 +134,49 @@ def consume(bootstrap: tuple[str, ...], topic: str, expected: int, args: argpars
             "mb_per_s": payload / elapsed / 1e6}
 
 
+def micro(args: argparse.Namespace) -> None:
+    """CPU cost per record of send() and of the consumer's decode + buffer + drain."""
+    from kraftlog.client import metadata_client as md
+    from kraftlog.storage import record_batch as rb
+    from kraftlog.storage.topic_partition import TopicPartition
+
+    count = 30_000
+    config = client.ProducerConfig(bootstrap_servers=("127.0.0.1:1",), batch_size=args.batch_size,
+                                   linger_ms=args.linger_ms, buffer_memory=1 << 30,
+                                   max_block_ms=1000)
+    producer = client.Producer(config)
+    parts = tuple(md.PartitionInfo(topic="t", partition=i, leader_id=-1, leader_epoch=0,
+                                   replicas=(), isr=(), offline_replicas=()) for i in range(6))
+    info = md.TopicInfo(name="t", partitions=parts)
+    producer.metadata.topic = lambda topic, deadline: info  # type: ignore[method-assign]
+    value = b"v" * args.record_bytes
+    send_s = float("inf")
+    for _ in range(3):
+        started = time.thread_time()
+        for _ in range(count):
+            producer.send("t", value)
+        send_s = min(send_s, time.thread_time() - started)
+    producer.close(timeout_ms=0)
+
+    records = [rb.RecordInput(value=value, timestamp_ms=10**12 + i // 16) for i in range(256)]
+    data = b"".join(rb.build_batch(records, base_offset=256 * i) for i in range(4))
+    tp = TopicPartition(topic="t", partition=0)
+    consumer = client.Consumer(client.ConsumerConfig(bootstrap_servers=("127.0.0.1:1",)))
+    consumer._assigned = [tp]
+    consume_s = float("inf")
+    for _ in range(30):
+        consumer._buffers.clear()
+        started = time.process_time()
+        consumer._buffer(tp, 0, data)
+        while consumer._drain_buffers(10_000):
+            pass
+        consume_s = min(consume_s, time.process_time() - started)
+    consumer.close()
+    print(f"CPU per record, {args.record_bytes}-byte values: send() "
+          f"{send_s / count * 1e6:.2f} us, consumer decode+buffer+drain "
+          f"{consume_s / 1024 * 1e6:.2f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap-server", help="use a running cluster (HOST:PORT,...)")
@@ -144,7 +192,12 @@ def main() -> None:
                         help="the producer's max.in.flight.requests.per.connection")
     parser.add_argument("--partition-fetch-bytes", type=int, default=1048576)
     parser.add_argument("--max-seconds", type=float, default=60.0)
+    parser.add_argument("--micro", action="store_true",
+                        help="no cluster: CPU per record of send() and of the consumer")
     args = parser.parse_args()
+    if args.micro:
+        micro(args)
+        return
 
     with tempfile.TemporaryDirectory(prefix="kraftlog-bench-client-") as tmp:
         root = pathlib.Path(tmp)
