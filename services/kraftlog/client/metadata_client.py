@@ -172,6 +172,13 @@ class MetadataCache:
         (or another topic error) until the deadline, BrokersUnavailableError when no
         broker answered at all.
         """
+        # The common case (a known topic, fresh metadata) without the lock: send() calls
+        # this once per record. Each read is of one attribute, atomic under the GIL, and
+        # a topic in _topics is in _wanted already (it got there by being wanted).
+        info = self._topics.get(topic)
+        if info is not None and topic in self._wanted and (
+                time.monotonic() - self._updated_at < self._max_age_s):
+            return info
         with self._lock:
             self._wanted.add(topic)
             info = self._topics.get(topic)
