@@ -49,10 +49,11 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         """(topic, partition, producer id) -> its last 5 batches: (first seq, last seq, offset)."""
         self.produce_delays: dict[tuple[str, int], list[float]] = {}
         """Seconds a partition's next Produce waits before it is handled (requests overlap)."""
-        self.by_sequence: dict[int, tuple[float, ErrorCode | None]] = {}
-        """For the first idempotent batch with this base sequence (any partition): seconds
-        to wait, and then either the error to refuse it with or, for None, write it and
-        answer REQUEST_TIMED_OUT after the wait (its answer was lost)."""
+        self.by_sequence: dict[int, list[tuple[float, ErrorCode | None]]] = {}
+        """For the next idempotent batches with this base sequence (any partition), one
+        plan each: seconds to wait, and then either the error to refuse it with or, for
+        None, write it (or find it a duplicate) and answer REQUEST_TIMED_OUT after the
+        wait (its answer was lost)."""
         self.answered_codes: list[ErrorCode] = []
         self.duplicates = 0
         self.produce_running = 0
@@ -126,7 +127,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         # Scripts are taken in arrival order; a delayed request is handled after later ones.
         before = after = 0.0
         scripted: dict[tuple[str, int], ErrorCode] = {}
-        lost: set[tuple[str, int]] = set()
+        lost: dict[tuple[str, int], tuple[int, tuple[float, ErrorCode | None]]] = {}
         with self.lock:
             for topic in request.topic_data:
                 for data in topic.partition_data:
@@ -136,12 +137,13 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                     pauses = self.produce_delays.get(key)
                     pause = pauses.pop(0) if pauses else 0.0
                     header = rb.BatchHeader(data.records)
-                    planned = (self.by_sequence.pop(header.base_sequence, None)
-                               if header.producer_id >= 0 else None)
+                    plans = (self.by_sequence.get(header.base_sequence)
+                             if header.producer_id >= 0 else None)
+                    planned = plans.pop(0) if plans else None
                     if planned is not None:
                         pause, refusal = planned
                         if refusal is None:
-                            lost.add(key)
+                            lost[key] = (header.base_sequence, planned)
                             after = max(after, pause)
                             continue
                         scripted[key] = refusal
@@ -159,6 +161,11 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                     duplicate = -1
                     if code is ErrorCode.NONE:
                         code, duplicate = self._check_sequence(key, data.records)
+                    if code is not ErrorCode.NONE and key in lost:
+                        # Refused (it overtook an earlier batch): the plan to lose its
+                        # answer waits for the batch's next arrival.
+                        sequence, plan = lost.pop(key)
+                        self.by_sequence.setdefault(sequence, []).insert(0, plan)
                     if code is not ErrorCode.NONE:
                         self.answered_codes.append(code)
                         parts.append(broker_pb2.ProduceResponse.PartitionProduceResponse(
@@ -167,9 +174,11 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                         continue
                     if duplicate >= 0:
                         self.duplicates += 1
-                        self.answered_codes.append(ErrorCode.NONE)
+                        found = ErrorCode.REQUEST_TIMED_OUT if key in lost else ErrorCode.NONE
+                        self.answered_codes.append(found)
                         parts.append(broker_pb2.ProduceResponse.PartitionProduceResponse(
-                            index=data.index, error=_error(ErrorCode.NONE), base_offset=duplicate,
+                            index=data.index, error=_error(found),
+                            base_offset=-1 if found else duplicate,
                             log_append_time_ms=-1, log_start_offset=0))
                         continue
                     base = self.end(key)

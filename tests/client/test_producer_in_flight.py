@@ -9,6 +9,7 @@ unwritten batch is a retry, not a new producer id; a lost answer is deduplicated
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -76,7 +77,7 @@ def test_a_failed_batch_is_resent_before_the_later_ones_with_its_sequence(fake_b
     # The second batch is slow and fails (nothing written); the ones sent behind it reach
     # the broker first and are refused as out of order; all are resent, oldest first,
     # numbered as before.
-    fake_broker.by_sequence[1] = (0.2, ErrorCode.NOT_ENOUGH_REPLICAS)
+    fake_broker.by_sequence[1] = [(0.2, ErrorCode.NOT_ENOUGH_REPLICAS)]
     with producer_for(fake_broker) as producer:
         futures = send_all(producer, 30)
     assert_written_once_in_order(fake_broker, futures, 30)
@@ -87,7 +88,7 @@ def test_a_failed_batch_is_resent_before_the_later_ones_with_its_sequence(fake_b
 def test_requests_that_overtake_a_new_producers_first_batch_are_retried(fake_broker: Any) -> None:
     # The first batch of a new producer id is slow: the next ones arrive first, and the
     # broker does not know the producer yet (UNKNOWN_PRODUCER_ID). Not a lost state.
-    fake_broker.by_sequence[0] = (0.2, ErrorCode.NONE)
+    fake_broker.by_sequence[0] = [(0.2, ErrorCode.NONE)]
     with producer_for(fake_broker) as producer:
         futures = send_all(producer, 20)
     assert_written_once_in_order(fake_broker, futures, 20)
@@ -108,12 +109,34 @@ def test_a_lost_answer_is_resent_and_answered_with_the_original_offset(fake_brok
     # Batch 1 is written but its answer is lost (REQUEST_TIMED_OUT after the append); the
     # next 4 batches are written meanwhile (a full window of 5), and the retry of batch 1
     # is still among the broker's last 5: recognised as a duplicate.
-    fake_broker.by_sequence[1] = (0.2, None)
+    fake_broker.by_sequence[1] = [(0.2, None)]
     with producer_for(fake_broker) as producer:
         futures = send_all(producer, 30)
     assert_written_once_in_order(fake_broker, futures, 30)
     assert fake_broker.duplicates == 1
     assert ErrorCode.REQUEST_TIMED_OUT in fake_broker.answered_codes
+
+
+def test_a_retry_waits_for_the_window_even_when_it_comes_back_mid_round(
+        fake_broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sender releases its lock between asking what is ready and draining it (for
+    # metadata); an answer that puts a retry at the head meanwhile must not send it
+    # behind the requests still in flight: if its answer is lost again, newer batches
+    # would have pushed it out of the broker's last 5, and the producer would take a
+    # new id and write it twice. Slow metadata checks widen that gap.
+    fake_broker.by_sequence[1] = [(0.05, None), (0.05, None), (0.05, None)]
+    with producer_for(fake_broker) as producer:
+        refresh = producer.metadata.maybe_refresh
+
+        def slow_refresh(**kwargs: Any) -> Any:
+            time.sleep(0.01)
+            return refresh(**kwargs)
+
+        monkeypatch.setattr(producer.metadata, "maybe_refresh", slow_refresh)
+        futures = send_all(producer, 60)
+    assert_written_once_in_order(fake_broker, futures, 60)
+    assert fake_broker.duplicates == 3
+    assert fake_broker.next_producer_id == 4001
 
 
 def test_a_sequence_error_at_the_oldest_unwritten_batch_takes_a_new_producer_id(
@@ -149,7 +172,7 @@ def test_max_in_flight_config_is_checked() -> None:
             "bootstrap.servers": "127.0.0.1:1", "max.in.flight.requests.per.connection": "many"})
 
 
-def test_accumulator_resends_in_creation_order_and_holds_a_retry_while_busy() -> None:
+def test_accumulator_resends_in_creation_order() -> None:
     a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=10, linger_ms=0)
     for i in range(4):
         a.append(T0, rb.RecordInput(value=b"x" * 20), i, now_ms=0)
@@ -161,12 +184,6 @@ def test_accumulator_resends_in_creation_order_and_holds_a_retry_while_busy() ->
     a.reenqueue(first, retry_at_ms=0)
     a.reenqueue(second, retry_at_ms=0)
     assert [b.handles for b in a._queues[T0]] == [[0], [1], [2], [3]]
-    # A retry at the head waits while the partition has requests in flight...
-    assert a.ready(0, flushing=False, busy=[T0]) == ([], None)
+    assert a.first(T0) is first[0]
     assert a.ready(0, flushing=False, muted=[T0]) == ([], None)
     assert a.ready(0, flushing=False) == ([T0], None)
-    # ...a fresh head does not.
-    for _ in range(3):
-        a.drain(T0, 10_000, max_batches=1)
-    assert a.first(T0) is not None and a.first(T0).attempts == 0  # type: ignore[union-attr]
-    assert a.ready(0, flushing=False, busy=[T0]) == ([T0], None)

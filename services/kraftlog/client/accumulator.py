@@ -6,11 +6,10 @@ closes when it reaches ``batch.size`` bytes (a record bigger than that gets a
 batch of its own). A partition is *ready* when its first batch is closed, has
 waited ``linger.ms``, or a flush or close asks for everything; the sender drains
 ready partitions, at most ``max.request.size`` bytes each. The producer says
-which partitions may not send now (*muted*: ``max.in.flight.requests.per.connection``
-requests in flight) and which have requests in flight but room for more (*busy*):
-a busy partition sends only fresh batches, never a retry, so a failed batch,
-which goes back to its queue in creation order, is resent only once nothing
-sent after it is still in flight (Kafka's accumulator does the same).
+which partitions may not send their first batch now (*muted*: a full
+``max.in.flight.requests.per.connection`` window, or a batch to resend while
+requests are in flight). A failed batch goes back to its queue in creation order,
+before every batch created after it.
 
 The handles are opaque to this module (the producer's futures). Pure: the
 caller passes ``now_ms`` (a monotonic clock), no locks here (the producer holds
@@ -119,24 +118,20 @@ class RecordAccumulator(Generic[H]):
             last.closed = True
         return _APPEND_RESULTS[new_batch, full_before or last.closed]
 
-    def ready(self, now_ms: int, *, flushing: bool, muted: Iterable[TopicPartition] = (),
-              busy: Iterable[TopicPartition] = ()) -> tuple[list[TopicPartition], int | None]:
+    def ready(self, now_ms: int, *, flushing: bool, muted: Iterable[TopicPartition] = ()
+              ) -> tuple[list[TopicPartition], int | None]:
         """Partitions whose first batch may be sent now, and the next time one may become ready.
 
-        ``muted`` partitions (no room for another request in flight) are skipped;
-        ``busy`` ones (requests in flight, room for more) only when their first
-        batch is a retry, which waits until they have nothing in flight.
+        ``muted`` partitions (the producer's in-flight rules hold their first batch)
+        are skipped; the producer wakes the sender when an answer changes that.
         """
         skip = set(muted)
-        in_flight = set(busy)
         ready: list[TopicPartition] = []
         next_ms: int | None = None
         for tp, queue in self._queues.items():
             if not queue or tp in skip:
                 continue
             head = queue[0]
-            if head.attempts > 0 and tp in in_flight:
-                continue  # the producer wakes the sender when the in-flight requests end
             if head.retry_at_ms > now_ms:
                 due = head.retry_at_ms
             elif head.closed or len(queue) > 1 or flushing or head.attempts > 0:

@@ -95,25 +95,29 @@ class RecordMetadata(NamedTuple):
 
 
 class _InFlight:
-    """One Produce request's batches of one partition, from its sending until it is
-    answered (``done``: acknowledged, or failed for good). It stays in its partition's
-    window until every request sent before it is done too.
+    """One Produce request's batches of one partition, in its partition's window from
+    its first sending until it and every request sent before it are ``done``
+    (acknowledged, or failed for good). While a batch waits to be resent
+    (``waiting``) its entry keeps its place: the batches sent after it still count, so
+    however often it is retried, at most max.in.flight - 1 newer batches can be in
+    the log before it is answered (the broker keeps a producer's last 5).
 
-    ``first_in_line``: nothing sent before it was unanswered when it was sent, so every
-    earlier batch was written or failed for good. Only then does a sequence error
-    (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID) say the broker lost the
-    producer's state or the sequence broke; otherwise the broker may have handled it
-    before an earlier request (gRPC requests are not handled in sending order, and
-    answers come back in any order), and it is resent once those are answered.
+    ``first_in_line``: every batch before it was done when it was sent, i.e. written
+    or failed for good. Only then does a sequence error (OUT_OF_ORDER_SEQUENCE_NUMBER,
+    UNKNOWN_PRODUCER_ID) say the broker lost the producer's state or the sequence
+    broke; otherwise the broker may have handled it before an earlier request (gRPC
+    requests are not handled in sending order, and answers come back in any order),
+    and it is resent once those are answered.
     """
 
-    __slots__ = ("batches", "done", "first_in_line")
+    __slots__ = ("batches", "done", "first_in_line", "waiting")
 
     def __init__(self, batches: list[acc.ProducerBatch[RecordFuture]], *,
-                 first_in_line: bool) -> None:
+                 first_in_line: bool, waiting: bool = False) -> None:
         self.batches = batches
         self.done = False
         self.first_in_line = first_in_line
+        self.waiting = waiting
 
 
 class RecordFuture:
@@ -369,7 +373,7 @@ class Producer:
             leftovers = self._accumulator.abort_all()
             for window in self._in_flight.values():
                 for entry in window:
-                    if not entry.done:
+                    if not entry.done and not entry.waiting:  # waiting ones are queued
                         leftovers.extend(entry.batches)
             self._in_flight.clear()
             self._closed = True
@@ -403,10 +407,10 @@ class Producer:
         with self._lock:
             now = _now_ms()
             expired = self._accumulator.expired(now, self.config.delivery_timeout_ms)
+            self._forget_waiting(expired)
             flushing = self._flushes > 0 or self._closing
-            muted, busy = self._send_gates()
-            ready, next_ms = self._accumulator.ready(now, flushing=flushing, muted=muted,
-                                                     busy=busy)
+            muted = [tp for tp in self._in_flight if not self._may_send(tp)]
+            ready, next_ms = self._accumulator.ready(now, flushing=flushing, muted=muted)
             if not ready and not expired:
                 if self._closing and not self._accumulator.has_queued() and not self._in_flight:
                     return False
@@ -443,36 +447,73 @@ class Producer:
                 self._accumulator.backoff(tp, now + self.config.retry_backoff_ms)
             for address, tps in by_leader.items():
                 for tp in tps:
+                    if not self._may_send(tp):
+                        continue  # answers came back since ready(): a retry now leads
                     # Idempotent: one batch per partition and request, as Kafka sends.
                     batches = self._accumulator.drain(
                         tp, self.config.max_request_size,
                         max_batches=1 if self._idempotent else None)
                     if batches:
-                        window = self._in_flight.get(tp)
-                        entry = _InFlight(batches, first_in_line=window is None)
-                        if window is None:
-                            window = self._in_flight[tp] = deque()
-                        window.append(entry)
-                        drained.setdefault(address, {})[tp] = entry
+                        drained.setdefault(address, {})[tp] = self._enter_window(tp, batches)
         for address, partitions in drained.items():
             self._send_request(address, partitions)
         return True
 
-    def _send_gates(self) -> tuple[list[TopicPartition], list[TopicPartition]]:
-        """Partitions with requests in flight (call under ``_lock``): those that may send
-        nothing now (``muted``: the window is full, or it holds requests sent under an
-        older producer id, which must be answered before anything is numbered under the
-        new one) and those that may send fresh batches only (``busy``)."""
-        muted: list[TopicPartition] = []
-        busy: list[TopicPartition] = []
-        for tp, window in self._in_flight.items():
-            if len(window) >= self._max_in_flight or (self._idempotent and any(
-                    entry.batches[0].producer_id != self._producer_id
-                    for entry in window if not entry.done)):
-                muted.append(tp)
-            else:
-                busy.append(tp)
-        return muted, busy
+    def _may_send(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` may send its first queued batch now (call under ``_lock``).
+
+        A fresh batch: while the window has room and holds no request in flight under
+        an older producer id (those are answered before anything is numbered under
+        the new one). A batch to resend (it leads its queue, in creation order): only
+        when nothing of its partition is in flight, as Kafka does. Asked before the
+        accumulator says what is ready, and again when draining: the lock is released
+        in between (metadata, InitProducerId) and answers may change the head."""
+        window = self._in_flight.get(tp)
+        if window is None:
+            return True
+        head = self._accumulator.first(tp)
+        if head is None:
+            return False
+        sent = [entry for entry in window if not entry.done and not entry.waiting]
+        if head.attempts > 0:
+            return not sent
+        return len(window) < self._max_in_flight and not (self._idempotent and any(
+            entry.batches[0].producer_id != self._producer_id for entry in sent))
+
+    def _enter_window(self, tp: TopicPartition, batches: list[acc.ProducerBatch[RecordFuture]]
+                      ) -> _InFlight:
+        """The window entry of ``batches``, just drained to be sent (call under ``_lock``):
+        a batch to resend takes its waiting entry's place, a fresh one goes last."""
+        window = self._in_flight.get(tp)
+        if window is None:
+            window = self._in_flight[tp] = deque()
+        if batches[0].attempts > 0:
+            for index, entry in enumerate(window):
+                if entry.waiting and entry.batches[0] is batches[0]:
+                    window[index] = _InFlight(batches, first_in_line=index == 0)
+                    return window[index]
+        entry = _InFlight(batches, first_in_line=not window)
+        window.append(entry)
+        return entry
+
+    def _forget_waiting(self, batches: Sequence[acc.ProducerBatch[RecordFuture]]) -> None:
+        """Batches taken out of the queue for good (expired) no longer wait in their
+        windows (call under ``_lock``)."""
+        for batch in batches:
+            window = self._in_flight.get(batch.tp)
+            if window is None:
+                continue
+            for entry in window:
+                if entry.waiting and entry.batches[0] is batch:
+                    entry.waiting = False
+                    entry.done = True
+            self._slide(batch.tp, window)
+
+    def _slide(self, tp: TopicPartition, window: deque[_InFlight]) -> None:
+        while window and window[0].done:
+            window.popleft()
+        if not window:
+            del self._in_flight[tp]
 
     def _follows_unwritten(self, entry: _InFlight) -> bool:
         """Whether a batch sent before ``entry`` may have been unwritten when the broker
@@ -652,18 +693,21 @@ class Producer:
             retry = (error is not None and retriable and not self._closed
                      and all(self._can_retry(batch) for batch in batches))
             if retry:
-                window.remove(entry)
                 for batch in batches:
                     if batch.producer_id != self._producer_id:
                         batch.encoded = None  # built under an older producer id: renumber
                 self._accumulator.reenqueue(
                     batches, retry_at_ms=_now_ms() + self.config.retry_backoff_ms)
+                # Each batch keeps the request's place while it waits (a retried batch
+                # is resent alone, so one entry per batch).
+                index = window.index(entry)
+                del window[index]
+                for offset, batch in enumerate(batches):
+                    window.insert(index + offset,
+                                  _InFlight([batch], first_in_line=False, waiting=True))
             else:
                 entry.done = True
-            while window and window[0].done:
-                window.popleft()
-            if not window:
-                del self._in_flight[tp]
+                self._slide(tp, window)
             self._lock.notify_all()
         if retry:
             logger.debug("retrying %s after %s", tp, error)

@@ -1034,8 +1034,8 @@ def _encode_records_general(
     """The records section's pieces, baseTimestamp and maxTimestamp, one field at a time.
 
     The reference encoder: :func:`_encode_records` must produce the same bytes (a
-    property test checks it); it is what that fast path falls back to for a record
-    with headers or an unusual field.
+    property test checks it). Both encode a record with headers or an unusual field
+    through the same :func:`_encode_record`.
     """
     timestamps = [_timestamp_of(index, record, log_append_time, now_ms)
                   for index, record in enumerate(records)]
