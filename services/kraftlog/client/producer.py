@@ -23,7 +23,7 @@ and sends one Produce RPC per leader broker carrying every ready partition it
 leads, without waiting for other brokers (gRPC futures). A partition may have up to
 ``max.in.flight.requests.per.connection`` requests unanswered, counted from its
 oldest unanswered one (a window: an answered request after an unanswered one still
-counts). Retriable errors (:data:`kraftlog.client.errors.RETRIABLE_CODES`,
+counts, and a batch waiting for its retry keeps its place). Retriable errors (:data:`kraftlog.client.errors.RETRIABLE_CODES`,
 connection failures) put a batch back in its queue, in creation order, after
 ``retry.backoff.ms`` and refresh metadata (taking a ``current_leader`` hint,
 KIP-951, at once), until ``retries`` or ``delivery.timeout.ms`` runs out; a
@@ -38,10 +38,10 @@ broker that already wrote it answers with the original offset instead of writing
 twice. Each request then carries one batch per partition. The window above keeps a
 retried batch within the last 5 batches the broker remembers per producer (Kafka's
 ``NUM_BATCHES_TO_RETAIN``), so at most 5 are allowed. A batch refused with
-OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID while an earlier batch of its
-partition is not written yet (in flight, or waiting for its retry; requests may also
-reach the broker out of order) is simply resent after it. When it is the partition's
-oldest unwritten batch, the broker lost the producer's state or the sequence broke
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID that was sent while an earlier
+batch of its partition was unanswered (requests may reach the broker out of order)
+is simply resent after it. When every earlier batch was answered before it was
+sent, the broker lost the producer's state or the sequence broke
 (a batch failed for good): the producer takes a new id and renumbers what it has not
 sent yet; partitions with requests in flight under the old id send nothing new until
 those are answered.
