@@ -340,34 +340,39 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     last_fetched_epoch=part.last_fetched_epoch,
                     log_start_offset=part.log_start_offset)
         results = await self.data.fetch(params, partitions) if partitions else {}
-        by_topic: dict[str, list[broker_pb2.FetchResponse.PartitionData]] = {}
+        # Built in place: a PartitionData handed to a parent's constructor is deep-copied with its
+        # records (upb's merge measured ~0.7 ms per 256 KiB), add() copies them once into the arena.
+        response = broker_pb2.FetchResponse()
+        by_topic: dict[str, Any] = {}
+
+        def partitions_of(name: str) -> Any:
+            entry = by_topic.get(name)
+            if entry is None:
+                entry = by_topic[name] = response.responses.add(
+                    topic=name, topic_id=uuid_to_proto(topic_ids.get(name, ZERO_UUID))).partitions
+            return entry
+
         for tp, result in results.items():
             error, message, hint = self._refine(tp, result.error, result.error_message)
-            data = broker_pb2.FetchResponse.PartitionData(
+            data = partitions_of(tp.topic).add(
                 partition_index=tp.partition, error=error_proto(error, message),
                 high_watermark=result.high_watermark, last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset, records=result.records)
             if result.diverging_epoch is not None:
-                data.diverging_epoch.CopyFrom(common_pb2.EpochEndOffset(
-                    epoch=result.diverging_epoch.epoch,
-                    end_offset=result.diverging_epoch.end_offset))
+                data.diverging_epoch.epoch = result.diverging_epoch.epoch
+                data.diverging_epoch.end_offset = result.diverging_epoch.end_offset
             if hint is not None:
                 data.current_leader.CopyFrom(hint)
-            by_topic.setdefault(tp.topic, []).append(data)
         for tp, (code, message) in errors.items():
-            by_topic.setdefault(tp.topic, []).append(broker_pb2.FetchResponse.PartitionData(
+            partitions_of(tp.topic).add(
                 partition_index=tp.partition, error=error_proto(code, message),
-                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1))
+                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
         for name, index in invalid:
-            by_topic.setdefault(name, []).append(broker_pb2.FetchResponse.PartitionData(
+            partitions_of(name).add(
                 partition_index=index, error=error_proto(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"invalid topic or partition {name!r}"),
-                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1))
-        return broker_pb2.FetchResponse(responses=[
-            broker_pb2.FetchResponse.FetchableTopicResponse(
-                topic=name, topic_id=uuid_to_proto(topic_ids.get(name, ZERO_UUID)),
-                partitions=parts)
-            for name, parts in by_topic.items()])
+                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
+        return response
 
     # -- ListOffsets ----------------------------------------------------------------------------
 
