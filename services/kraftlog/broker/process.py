@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import dataclasses
 import logging
 import os
@@ -114,6 +115,15 @@ _L = kconfig.ConfigType.LIST
 _B = kconfig.ConfigType.BOOLEAN
 _LONG = kconfig.ConfigType.LONG
 _FETCH = fetcher_driver.FetcherConfig()
+
+DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
+"""glibc's ``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit: every fetch / produce buffer up to it comes
+from the heap. With glibc's defaults each 0.25-1 MiB ``bytes`` of records (read from a log, copied
+into a protobuf, serialized, parsed) is a fresh mmap whose pages fault in one by one and are
+unmapped on free: measured ~0.8 ms of a 1 MiB consumer Fetch's ~1 ms, and ~17% of the brokers'
+CPU per produced record (bench/README.md)."""
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
 
 BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="node.id", type=_I, default=None, required=True,
@@ -192,6 +202,11 @@ BROKER_CONFIG = kconfig.ConfigDef([
                           "-1 = no limit"),
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
+    kconfig.ConfigKey(name="kraftlog.malloc.mmap.threshold.bytes", type=_I,
+                      default=DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES, validator=kconfig.at_least(0),
+                      doc="glibc M_MMAP_THRESHOLD for the broker process (its trim threshold is 4x): "
+                          "record buffers below it are reused from the heap instead of fresh, "
+                          "page-faulted mmaps; 0 = glibc's defaults"),
     *gcd.CONFIG_KEYS,
     *log_cleaner.CONFIG_KEYS,
     *metrics.CONFIG_KEYS,
@@ -905,6 +920,27 @@ async def _alter_partitions(client: controller_client.ControllerClient,
                     outcome.retry)
 
 
+def tune_malloc(mmap_threshold_bytes: int) -> bool:
+    """Keep record-sized buffers on the heap (see DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES); True if set.
+
+    A freed buffer's pages stay mapped (trim threshold 4x the mmap threshold) so the next one
+    reuses them: the process holds up to that much freed memory, as a JVM keeps its heap.
+    Nothing happens for 0, when the operator tuned malloc already (``MALLOC_*_`` or
+    ``GLIBC_TUNABLES`` in the environment), or without glibc's ``mallopt``.
+    """
+    if mmap_threshold_bytes <= 0 or "GLIBC_TUNABLES" in os.environ or any(
+            name.startswith("MALLOC_") and name.endswith("_") for name in os.environ):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    trim_bytes = min(4 * mmap_threshold_bytes, 2**31 - 1)
+    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_bytes))
+
+
 def run_broker(args: argparse.Namespace) -> int:
     overrides = list(args.override or ())
     if getattr(args, "metrics_port", None) is not None:
@@ -915,4 +951,11 @@ def run_broker(args: argparse.Namespace) -> int:
     logging.getLogger("kraftlog.raft.consensus").setLevel(logging.WARNING)
     for key in cfg.unused():
         logger.warning("event=unused_config key=%s", key)
+    apply_malloc_config(cfg)
     return asyncio.run(serve(cfg))
+
+
+def apply_malloc_config(cfg: kconfig.Config) -> None:
+    threshold = cfg.get_int("kraftlog.malloc.mmap.threshold.bytes")
+    if tune_malloc(threshold):
+        logger.info("event=malloc_tuned mmap_threshold_bytes=%d", threshold)
