@@ -324,3 +324,51 @@ def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
     assert part.error.code == common_pb2.NONE and not part.records
     assert part.HasField("diverging_epoch")
     assert (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (0, 2)
+
+
+def test_the_alter_partition_sender_is_woken_only_when_a_proposal_waits(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    wakeups: list[int] = []
+    broker.data = server.DataPlane(broker.manager, on_alter_partition=lambda: wakeups.append(1))
+    broker.servicer.data = broker.data
+    run(broker.servicer.Produce(produce_request([b"a"], acks=1), None))
+    run(broker.servicer.Fetch(fetch_request(0), None))
+    assert wakeups == []
+    # Broker 2 fetches from the log end: it caught up, the leader proposes ISR (1, 2).
+    run(broker.servicer.Fetch(fetch_request(1, replica_id=2), None))
+    assert wakeups == [1]
+    assert [r.new_isr for r in broker.manager.take_alter_partition_requests()] == [(1, 2)]
+    run(broker.servicer.Fetch(fetch_request(1, replica_id=2), None))
+    assert wakeups == [1]  # in flight: nothing new to send
+
+
+def test_a_parked_follower_fetch_answers_on_append_and_its_next_fetch_acknowledges_at_once(
+        tmp_path: pathlib.Path) -> None:
+    # acks=all costs two follower round trips and nothing more: the leader answers a fetch
+    # parked for a minute as soon as records arrive, and answers the produce as soon as the
+    # follower's next fetch (itself parked, there being nothing new) moves the high watermark.
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+
+    async def scenario() -> tuple[Any, Any]:
+        broker.data.start()
+        try:
+            parked = asyncio.ensure_future(broker.servicer.Fetch(
+                fetch_request(0, replica_id=2, max_wait_ms=60_000), None))
+            await asyncio.sleep(0.05)
+            assert not parked.done()
+            produce = asyncio.ensure_future(broker.servicer.Produce(produce_request([b"a"]), None))
+            fetched = await asyncio.wait_for(parked, 2.0)
+            assert not produce.done()
+            next_fetch = asyncio.ensure_future(broker.servicer.Fetch(
+                fetch_request(1, replica_id=2, max_wait_ms=60_000), None))
+            answer = await asyncio.wait_for(produce, 2.0)
+            assert not next_fetch.done()  # parked again: nothing new to send
+            next_fetch.cancel()
+            return fetched, answer
+        finally:
+            await broker.data.stop()
+
+    fetched, answer = run(scenario())
+    assert fetched.responses[0].partitions[0].records
+    part = answer.responses[0].partition_responses[0]
+    assert part.error.code == common_pb2.NONE and part.base_offset == 0

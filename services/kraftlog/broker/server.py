@@ -138,7 +138,8 @@ class DataPlane:
         self._fetches.clear()
 
     def dispatch(self) -> None:
-        """Answer what became answerable, and tell the AlterPartition sender to look."""
+        """Answer what became answerable, and tell the AlterPartition sender when it has work
+        (waking it after every request cost a task switch and a scan of every partition)."""
         done = self.manager.take_completed()
         for produce in done.produces:
             future = self._produces.pop(produce.op_id, None)
@@ -148,7 +149,7 @@ class DataPlane:
             fetch_future = self._fetches.pop(fetch.op_id, None)
             if fetch_future is not None and not fetch_future.done():
                 fetch_future.set_result(fetch.responses)
-        if self._on_alter_partition is not None:
+        if self._on_alter_partition is not None and self.manager.alter_partition_requests_ready:
             self._on_alter_partition()
 
     async def produce(self, entries: Mapping[TopicPartition, bytes], *, acks: int,
