@@ -372,3 +372,29 @@ def test_a_parked_follower_fetch_answers_on_append_and_its_next_fetch_acknowledg
     assert fetched.responses[0].partitions[0].records
     part = answer.responses[0].partition_responses[0]
     assert part.error.code == common_pb2.NONE and part.base_offset == 0
+
+
+def test_a_parked_request_wakes_the_poll_loop_only_if_its_deadline_comes_first(
+        tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+    now = [broker.data.now_ms()]
+    broker.data = server.DataPlane(broker.manager, now_ms=lambda: now[0])
+    broker.servicer.data = broker.data
+    data = broker.data
+
+    async def scenario() -> None:
+        data.poll_at_ms = now[0] + 50  # the poll loop sleeps until then
+        waiting = asyncio.ensure_future(broker.servicer.Fetch(fetch_request(0, max_wait_ms=5_000), None))
+        await asyncio.sleep(0)
+        assert broker.manager.waiting_fetches == 1
+        assert not data._wakeup.is_set()  # its deadline is long after the next poll
+        sooner = asyncio.ensure_future(broker.servicer.Fetch(fetch_request(0, max_wait_ms=10), None))
+        await asyncio.sleep(0)
+        assert data._wakeup.is_set()  # this one expires before the poll loop would look
+        now[0] += 5_000
+        data.start()
+        answers = await asyncio.wait_for(asyncio.gather(waiting, sooner), WAIT_S)
+        await data.stop()
+        assert all(a.responses[0].partitions[0].error.code == common_pb2.NONE for a in answers)
+
+    run(scenario())

@@ -113,6 +113,10 @@ class DataPlane:
                                                      rm.FetchPartitionResponse]]] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.poll_at_ms = 0
+        """When the poll loop wakes next by itself; a request that parks wakes it earlier only
+        if its deadline comes sooner (waking it for every parked request cost a loop turn and
+        a poll of every partition)."""
 
     def now_ms(self) -> int:
         return self._now_ms()
@@ -163,7 +167,7 @@ class DataPlane:
             asyncio.get_running_loop().create_future())
         self._produces[outcome.delayed_op_id] = future
         self.dispatch()
-        self._wakeup.set()
+        self._wake_poll_if_sooner()
         return await future
 
     async def fetch(self, params: purgatory.FetchParams,
@@ -178,8 +182,13 @@ class DataPlane:
             asyncio.get_running_loop().create_future())
         self._fetches[outcome.delayed_op_id] = future
         self.dispatch()
-        self._wakeup.set()
+        self._wake_poll_if_sooner()
         return await future
+
+    def _wake_poll_if_sooner(self) -> None:
+        deadline = self.manager.next_deadline_ms()
+        if deadline is not None and deadline < self.poll_at_ms:
+            self._wakeup.set()
 
     async def _poll_loop(self) -> None:
         while True:
@@ -189,6 +198,7 @@ class DataPlane:
             deadline = self.manager.next_deadline_ms()
             wait_ms = POLL_INTERVAL_MS if deadline is None else max(
                 0, min(POLL_INTERVAL_MS, deadline - now_ms))
+            self.poll_at_ms = now_ms + wait_ms
             self._wakeup.clear()
             try:
                 async with asyncio.timeout(wait_ms / 1000):
