@@ -94,6 +94,38 @@ def test_acks_all_retry_waits_for_the_original_to_commit(tmp_path: pathlib.Path)
     assert cluster.leader_partition.log_end_offset == 1
 
 
+def test_five_pipelined_acks_all_requests_and_their_retries_all_answer_with_their_offsets(
+        tmp_path: pathlib.Path) -> None:
+    # A producer with five requests in flight per partition (max.in.flight.requests.per.connection
+    # = 5): each waits in the purgatory; the retry of any of them, while waiting or after it
+    # committed, gets the original offsets; nothing is written twice; a gap is refused.
+    cluster = Cluster(tmp_path, min_isr=2)
+    manager = cluster.leader_manager
+    batches = [ibatch(b"%d" % (2 * i), b"%d" % (2 * i + 1), seq=2 * i) for i in range(5)]
+
+    def send(data: bytes) -> int:
+        outcome = manager.append_records({TP: data}, required_acks=-1, timeout_ms=30_000, now_ms=cluster.now_ms)
+        assert outcome.delayed_op_id is not None and outcome.responses[TP].error is ErrorCode.NONE
+        return outcome.delayed_op_id
+
+    ops = {send(data): 2 * i for i, data in enumerate(batches)}
+    ops |= {send(batches[1]): 2, send(batches[4]): 8}  # retries while the originals wait
+    assert manager.waiting_produces == 7
+    cluster.catch_up(2)
+    cluster.catch_up(3)
+    done = cluster.completed_produces()
+    assert {op: r[TP].base_offset for op, r in done.items()} == ops
+    assert all(r[TP].error is ErrorCode.NONE for r in done.values())
+    assert values_of(cluster.leader_partition) == [b"%d" % i for i in range(10)]
+    late = manager.append_records({TP: batches[0]}, required_acks=-1, timeout_ms=30_000, now_ms=cluster.now_ms)
+    assert late.delayed_op_id is None and late.responses[TP].base_offset == 0  # committed already
+    gap = manager.append_records({TP: ibatch(b"x", seq=12)}, required_acks=-1, timeout_ms=30_000,
+                                 now_ms=cluster.now_ms)
+    assert gap.delayed_op_id is None
+    assert gap.responses[TP].error is ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert cluster.leader_partition.log_end_offset == 10
+
+
 def test_a_follower_keeps_the_state_and_dedupes_once_it_leads(tmp_path: pathlib.Path) -> None:
     cluster = Cluster(tmp_path, min_isr=2)
     batches = [ibatch(b"a", b"b", seq=0), ibatch(b"c", seq=2), ibatch(b"d", seq=3)]

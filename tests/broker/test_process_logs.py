@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from broker_harness import TOPIC_ID, TP, batch
 
 from kraftlog.broker import partition as partition_mod
@@ -126,3 +128,42 @@ def test_a_topics_configs_govern_its_logs_and_changes_reach_hosted_ones(tmp_path
     reopened = again.open_partition(INFO)
     assert reopened.log.config.segment_bytes == LogConfig().segment_bytes
     again.close([reopened])
+
+
+def test_checkpoints_are_read_when_planned_and_a_failing_dir_is_reported_once(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The periodic checkpoint reads its contents on the event loop and writes (fsyncs) them in
+    # a worker thread: what it writes is what was planned, whatever the logs do meanwhile.
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    logs = local_logs(dirs)
+    first = logs.open_partition(INFO)
+    other = TopicPartition(topic=TP.topic, partition=1)
+    second = logs.open_partition(im.PartitionInfo(
+        topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=1, registration=INFO.registration))
+    good, bad = (pathlib.Path(p.log.directory).parent for p in (first, second))
+    first.make_leader(leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,), now_ms=1)
+    first.append_records_to_leader(batch(b"a", b"b"), required_acks=1, now_ms=1)
+    first.log.flush()
+    plan = logs.plan_checkpoints({TP: 2, other: 0}, [first, second])
+    first.append_records_to_leader(batch(b"c"), required_acks=1, now_ms=1)
+    first.log.flush()
+
+    real_write = process.checkpoint.OffsetCheckpointFile.write
+
+    def failing_write(self: Any, offsets: Any) -> None:
+        if self.path.parent == bad:
+            raise OSError(5, "Input/output error")
+        real_write(self, offsets)
+
+    monkeypatch.setattr(process.checkpoint.OffsetCheckpointFile, "write", failing_write)
+    failures = process.write_checkpoint_plan(plan)
+    assert failures == [(process.dir_key(bad),
+                         "writing replication-offset-checkpoint: [Errno 5] Input/output error")]
+    assert (good / process.REPLICATION_CHECKPOINT).read_text().splitlines()[2:] == [f"{TP.topic} 0 2"]
+    assert (good / process.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()[2:] == [f"{TP.topic} 0 2"]
+    assert not (bad / process.REPLICATION_CHECKPOINT).exists()
+    logs.report_checkpoint_failures(failures)
+    assert process.dir_key(bad) in logs.offline()
+    assert [d for d, *_ in logs.plan_checkpoints({TP: 3}, [first])] == [good, good, good]
+    monkeypatch.undo()
+    logs.close([first, second])

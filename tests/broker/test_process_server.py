@@ -282,3 +282,119 @@ def test_clients_cannot_produce_to_an_internal_topic(tmp_path: pathlib.Path) -> 
     [part] = answer.responses[0].partition_responses
     assert part.error.code == common_pb2.INVALID_TOPIC_EXCEPTION
     assert "internal topic __consumer_offsets" in part.error.message
+
+
+def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
+        tmp_path: pathlib.Path) -> None:
+    # The response is built in place (no nested copies of the records): each topic once, with
+    # its id, its partitions in order, records, errors, and a follower's diverging epoch.
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    run(broker.servicer.Produce(produce_request([b"a", b"b"], acks=1), None))
+    request = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
+        broker_pb2.FetchRequest.FetchTopic(topic=TP.topic, topic_id=server.uuid_to_proto(TOPIC_ID), partitions=[
+            broker_pb2.FetchRequest.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0,
+                                                   last_fetched_epoch=-1, log_start_offset=-1,
+                                                   partition_max_bytes=1 << 20) for p in (0, 7, -1)]),
+        broker_pb2.FetchRequest.FetchTopic(topic="other", partitions=[
+            broker_pb2.FetchRequest.FetchPartition(partition=0, fetch_offset=0, current_leader_epoch=-1,
+                                                   last_fetched_epoch=-1, partition_max_bytes=1 << 20)])])
+    answer = run(broker.servicer.Fetch(request, None))
+    topics = {t.topic: t for t in answer.responses}
+    assert [t.topic for t in answer.responses] == [TP.topic, "other"]
+    assert server.uuid_from_proto(topics[TP.topic].topic_id) == TOPIC_ID
+    parts = {p.partition_index: p for p in topics[TP.topic].partitions}
+    assert sorted(parts) == [-1, 0, 7]
+    assert parts[0].error.code == common_pb2.NONE and parts[0].high_watermark == 2
+    assert parts[0].records == broker.partition.log.read(0, 1 << 20).records
+    assert parts[7].error.code == common_pb2.UNKNOWN_TOPIC_OR_PARTITION and not parts[7].records
+    assert parts[-1].error.code == common_pb2.UNKNOWN_TOPIC_OR_PARTITION and parts[-1].high_watermark == -1
+    assert [p.error.code for p in topics["other"].partitions] == [common_pb2.UNKNOWN_TOPIC_OR_PARTITION]
+
+    wrong_id = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, topics=[
+        broker_pb2.FetchRequest.FetchTopic(topic=TP.topic, topic_id=common_pb2.Uuid(
+            most_significant_bits=1, least_significant_bits=2), partitions=[
+            broker_pb2.FetchRequest.FetchPartition(partition=0, fetch_offset=0, current_leader_epoch=-1,
+                                                   last_fetched_epoch=-1, partition_max_bytes=1 << 20)])])
+    part = run(broker.servicer.Fetch(wrong_id, None)).responses[0].partitions[0]
+    assert part.error.code == common_pb2.INCONSISTENT_TOPIC_ID and not part.records
+
+    # A follower whose log of epoch 0 goes past ours is told where ours ends, without records.
+    diverged = fetch_request(5, replica_id=2)
+    part = run(broker.servicer.Fetch(diverged, None)).responses[0].partitions[0]
+    assert part.error.code == common_pb2.NONE and not part.records
+    assert part.HasField("diverging_epoch")
+    assert (part.diverging_epoch.epoch, part.diverging_epoch.end_offset) == (0, 2)
+
+
+def test_the_alter_partition_sender_is_woken_only_when_a_proposal_waits(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    wakeups: list[int] = []
+    broker.data = server.DataPlane(broker.manager, on_alter_partition=lambda: wakeups.append(1))
+    broker.servicer.data = broker.data
+    run(broker.servicer.Produce(produce_request([b"a"], acks=1), None))
+    run(broker.servicer.Fetch(fetch_request(0), None))
+    assert wakeups == []
+    # Broker 2 fetches from the log end: it caught up, the leader proposes ISR (1, 2).
+    run(broker.servicer.Fetch(fetch_request(1, replica_id=2), None))
+    assert wakeups == [1]
+    assert [r.new_isr for r in broker.manager.take_alter_partition_requests()] == [(1, 2)]
+    run(broker.servicer.Fetch(fetch_request(1, replica_id=2), None))
+    assert wakeups == [1]  # in flight: nothing new to send
+
+
+def test_a_parked_follower_fetch_answers_on_append_and_its_next_fetch_acknowledges_at_once(
+        tmp_path: pathlib.Path) -> None:
+    # acks=all costs two follower round trips and nothing more: the leader answers a fetch
+    # parked for a minute as soon as records arrive, and answers the produce as soon as the
+    # follower's next fetch (itself parked, there being nothing new) moves the high watermark.
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+
+    async def scenario() -> tuple[Any, Any]:
+        broker.data.start()
+        try:
+            parked = asyncio.ensure_future(broker.servicer.Fetch(
+                fetch_request(0, replica_id=2, max_wait_ms=60_000), None))
+            await asyncio.sleep(0.05)
+            assert not parked.done()
+            produce = asyncio.ensure_future(broker.servicer.Produce(produce_request([b"a"]), None))
+            fetched = await asyncio.wait_for(parked, 2.0)
+            assert not produce.done()
+            next_fetch = asyncio.ensure_future(broker.servicer.Fetch(
+                fetch_request(1, replica_id=2, max_wait_ms=60_000), None))
+            answer = await asyncio.wait_for(produce, 2.0)
+            assert not next_fetch.done()  # parked again: nothing new to send
+            next_fetch.cancel()
+            return fetched, answer
+        finally:
+            await broker.data.stop()
+
+    fetched, answer = run(scenario())
+    assert fetched.responses[0].partitions[0].records
+    part = answer.responses[0].partition_responses[0]
+    assert part.error.code == common_pb2.NONE and part.base_offset == 0
+
+
+def test_a_parked_request_wakes_the_poll_loop_only_if_its_deadline_comes_first(
+        tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+    now = [broker.data.now_ms()]
+    broker.data = server.DataPlane(broker.manager, now_ms=lambda: now[0])
+    broker.servicer.data = broker.data
+    data = broker.data
+
+    async def scenario() -> None:
+        data.poll_at_ms = now[0] + 50  # the poll loop sleeps until then
+        waiting = asyncio.ensure_future(broker.servicer.Fetch(fetch_request(0, max_wait_ms=5_000), None))
+        await asyncio.sleep(0)
+        assert broker.manager.waiting_fetches == 1
+        assert not data._wakeup.is_set()  # its deadline is long after the next poll
+        sooner = asyncio.ensure_future(broker.servicer.Fetch(fetch_request(0, max_wait_ms=10), None))
+        await asyncio.sleep(0)
+        assert data._wakeup.is_set()  # this one expires before the poll loop would look
+        now[0] += 5_000
+        data.start()
+        answers = await asyncio.wait_for(asyncio.gather(waiting, sooner), WAIT_S)
+        await data.stop()
+        assert all(a.responses[0].partitions[0].error.code == common_pb2.NONE for a in answers)
+
+    run(scenario())

@@ -277,6 +277,47 @@ def test_alter_partition_requests_are_collected_and_answers_routed(tmp_path: pat
     assert partition is not None and partition.isr == frozenset({1, 2, 3})
 
 
+def test_alter_partition_requests_ready_says_when_a_proposal_waits_to_be_sent(tmp_path: pathlib.Path) -> None:
+    # The server wakes the AlterPartition sender only when this is set: produces and fetches
+    # that change no ISR leave it clear; an expansion, a shrink or a retryable error set it.
+    rm = manager(tmp_path, isr=(1, 2))
+    assert not rm.alter_partition_requests_ready
+    rm.append_records({TP: batch(b"a")}, required_acks=1, timeout_ms=100, now_ms=T0)
+    rm.fetch_messages(purgatory.FetchParams(replica_id=2),
+                      {TP: purgatory.FetchPartitionRequest(fetch_offset=1, partition_max_bytes=100)}, now_ms=T0)
+    consumer_fetch(rm, TP)
+    rm.poll(T0 + 1)
+    assert not rm.alter_partition_requests_ready  # an ISR member's progress proposes nothing
+    rm.fetch_messages(purgatory.FetchParams(replica_id=3),
+                      {TP: purgatory.FetchPartitionRequest(fetch_offset=1, partition_max_bytes=100)}, now_ms=T0)
+    assert rm.alter_partition_requests_ready  # broker 3 caught up: expansion proposed
+    [request] = rm.take_alter_partition_requests()
+    assert not rm.alter_partition_requests_ready
+    rm.poll(T0 + 2)
+    assert not rm.alter_partition_requests_ready  # in flight: nothing more to send
+    rm.handle_alter_partition_response(request, error=ErrorCode.REQUEST_TIMED_OUT, result=None, now_ms=T0)
+    assert rm.alter_partition_requests_ready  # retried
+    assert rm.take_alter_partition_requests() == [request]
+    rm.handle_alter_partition_response(request, error=ErrorCode.NONE, now_ms=T0, result=LeaderAndIsr(
+        leader_id=1, leader_epoch=0, isr=(1, 2, 3), partition_epoch=1))
+    assert not rm.alter_partition_requests_ready
+    rm.poll(T0 + 30_001)  # OTHER's followers never fetched: it shrinks (TP's hold its end)
+    assert rm.alter_partition_requests_ready
+    assert [(r.topic, r.new_isr) for r in rm.take_alter_partition_requests()] == [(OTHER.topic, (1,))]
+
+
+def test_a_proposal_made_on_a_partition_directly_is_ready_after_the_next_poll(tmp_path: pathlib.Path) -> None:
+    rm = manager(tmp_path, isr=(1, 2))
+    partition = rm.get_partition(TP)
+    assert partition is not None
+    assert partition.maybe_shrink_isr(T0 + 30_001)
+    assert partition.has_alter_partition_request_to_send and not rm.alter_partition_requests_ready
+    rm.poll(T0 + 1)
+    assert rm.alter_partition_requests_ready
+    assert [r.new_isr for r in rm.take_alter_partition_requests()] == [(1,)]
+    assert not partition.has_alter_partition_request_to_send
+
+
 def test_poll_shrinks_the_isr_of_lagging_followers(tmp_path: pathlib.Path) -> None:
     rm = manager(tmp_path, isr=(1, 2))
     rm.poll(T0 + 30_001)

@@ -88,5 +88,7 @@ def run_server(args: argparse.Namespace) -> int:
     if roles == ("controller",):
         return asyncio.run(raft_commands.serve(cfg))
     if roles == ("broker",):
+        broker_process.apply_malloc_config(cfg)
         return asyncio.run(broker_process.serve(cfg))
+    broker_process.apply_malloc_config(broker_cfg)
     return asyncio.run(serve_combined(controller_cfg, broker_cfg))

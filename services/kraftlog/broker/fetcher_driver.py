@@ -283,19 +283,21 @@ class ReplicaFetcher:
                 diverging = (partition_mod.EpochEndOffset(epoch=data.diverging_epoch.epoch,
                                                           end_offset=data.diverging_epoch.end_offset)
                              if data.HasField("diverging_epoch") else None)
+                # Read once: every access of a bytes field copies it out of the message.
+                records = data.records
                 try:
                     outcome = state.handle_fetch_response(request, follower_mod.FollowerFetchResponse(
                         error=ErrorCode(data.error.code), high_watermark=data.high_watermark,
-                        log_start_offset=data.log_start_offset, records=data.records,
+                        log_start_offset=data.log_start_offset, records=records,
                         diverging_epoch=diverging), now_ms=self._data.now_ms())
                 except OSError as exc:
                     # The local log failed (append or truncation): its directory goes offline
                     # and no fetcher fetches a replica in it any more.
                     self._on_storage_error(tp, exc)
                     continue
-                if (outcome.action is follower_mod.FollowerAction.APPENDED and data.records
+                if (outcome.action is follower_mod.FollowerAction.APPENDED and records
                         and self.quota.is_throttled(tp)):
-                    self.quota.record(len(data.records), self._data.now_ms())
+                    self.quota.record(len(records), self._data.now_ms())
                 if outcome.action is follower_mod.FollowerAction.LIST_OFFSETS:
                     await self._list_leader_end(stub, state)
 

@@ -784,6 +784,12 @@ class Partition:
         """The proposal waiting for the controller, if any (in flight or not)."""
         return None if isinstance(self._state, CommittedPartitionState) else self._state.sent
 
+    @property
+    def has_alter_partition_request_to_send(self) -> bool:
+        """:meth:`take_alter_partition_request` would hand out a proposal now."""
+        return (not self._alter_request_sent and not isinstance(self._state, CommittedPartitionState)
+                and self.is_leader)
+
     def take_alter_partition_request(self) -> AlterPartitionRequest | None:
         """The proposal to send now, once: None when none is pending or it is already in flight.
 

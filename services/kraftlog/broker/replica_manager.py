@@ -181,6 +181,10 @@ class ReplicaManager:
         # The latest time a caller gave: re-reads of completed fetches run at it.
         self._now_ms = 0
         self._offline_dirs: dict[str, str] = {}
+        # Some partition may have an ISR proposal to send: set where one can appear (a follower's
+        # fetch expands, poll shrinks, a retryable answer), cleared when they are taken. Lets the
+        # server wake the AlterPartition sender only then, not after every request.
+        self._alter_ready = False
 
     # ================================================================== partitions and replica states
 
@@ -453,9 +457,12 @@ class ReplicaManager:
             if result.records:
                 min_one_message = False
                 remaining = max(0, remaining - len(result.records))
-            if update_fetch_state and partition.high_watermark != hw_before:
-                # A follower's progress may settle waiting produces and consumer fetches.
-                self._complete_waiting(tp)
+            if update_fetch_state:
+                if partition.high_watermark != hw_before:
+                    # A follower's progress may settle waiting produces and consumer fetches.
+                    self._complete_waiting(tp)
+                if partition.has_alter_partition_request_to_send:
+                    self._alter_ready = True  # the follower caught up: ISR expansion proposed
         return responses, metadata
 
     def _fetch_bytes_available(self, tp: TopicPartition, status: purgatory.FetchPartitionStatus,
@@ -524,6 +531,8 @@ class ReplicaManager:
         for tp, partition in self._partitions.items():
             if self._states[tp] in _SERVING_STATES and partition.is_leader:
                 partition.maybe_shrink_isr(now_ms)
+                if partition.has_alter_partition_request_to_send:
+                    self._alter_ready = True
                 # A follower outside the ISR that was caught up holds the HW back only
                 # for replica.lag.time.max.ms; time passing alone may release it.
                 if partition.maybe_increment_high_watermark(now_ms):
@@ -531,8 +540,17 @@ class ReplicaManager:
 
     # ================================================================== AlterPartition
 
+    @property
+    def alter_partition_requests_ready(self) -> bool:
+        """:meth:`take_alter_partition_requests` may have something to hand out. Set by the
+        calls here that can create or re-arm a proposal (a follower's fetch, :meth:`poll`, a
+        retryable answer); :meth:`poll` also looks at every leader, so a proposal made on a
+        partition directly is seen within one poll."""
+        return self._alter_ready
+
     def take_alter_partition_requests(self) -> list[partition_mod.AlterPartitionRequest]:
         """ISR proposals to send to the controller now (one in flight per partition)."""
+        self._alter_ready = False
         requests: list[partition_mod.AlterPartitionRequest] = []
         for partition in self._partitions.values():
             request = partition.take_alter_partition_request()
@@ -549,6 +567,8 @@ class ReplicaManager:
         if partition is None or partition.topic_id != request.topic_id:
             return partition_mod.AlterPartitionOutcome()
         outcome = partition.handle_alter_partition_response(request, error=error, result=result, now_ms=now_ms)
+        if partition.has_alter_partition_request_to_send:
+            self._alter_ready = True  # a retryable error: the same proposal goes again
         self._complete_waiting(tp)
         return outcome
 

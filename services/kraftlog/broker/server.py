@@ -113,6 +113,10 @@ class DataPlane:
                                                      rm.FetchPartitionResponse]]] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.poll_at_ms = 0
+        """When the poll loop wakes next by itself; a request that parks wakes it earlier only
+        if its deadline comes sooner (waking it for every parked request cost a loop turn and
+        a poll of every partition)."""
 
     def now_ms(self) -> int:
         return self._now_ms()
@@ -138,7 +142,8 @@ class DataPlane:
         self._fetches.clear()
 
     def dispatch(self) -> None:
-        """Answer what became answerable, and tell the AlterPartition sender to look."""
+        """Answer what became answerable, and tell the AlterPartition sender when it has work
+        (waking it after every request cost a task switch and a scan of every partition)."""
         done = self.manager.take_completed()
         for produce in done.produces:
             future = self._produces.pop(produce.op_id, None)
@@ -148,7 +153,7 @@ class DataPlane:
             fetch_future = self._fetches.pop(fetch.op_id, None)
             if fetch_future is not None and not fetch_future.done():
                 fetch_future.set_result(fetch.responses)
-        if self._on_alter_partition is not None:
+        if self._on_alter_partition is not None and self.manager.alter_partition_requests_ready:
             self._on_alter_partition()
 
     async def produce(self, entries: Mapping[TopicPartition, bytes], *, acks: int,
@@ -162,7 +167,7 @@ class DataPlane:
             asyncio.get_running_loop().create_future())
         self._produces[outcome.delayed_op_id] = future
         self.dispatch()
-        self._wakeup.set()
+        self._wake_poll_if_sooner()
         return await future
 
     async def fetch(self, params: purgatory.FetchParams,
@@ -177,8 +182,13 @@ class DataPlane:
             asyncio.get_running_loop().create_future())
         self._fetches[outcome.delayed_op_id] = future
         self.dispatch()
-        self._wakeup.set()
+        self._wake_poll_if_sooner()
         return await future
+
+    def _wake_poll_if_sooner(self) -> None:
+        deadline = self.manager.next_deadline_ms()
+        if deadline is not None and deadline < self.poll_at_ms:
+            self._wakeup.set()
 
     async def _poll_loop(self) -> None:
         while True:
@@ -188,6 +198,7 @@ class DataPlane:
             deadline = self.manager.next_deadline_ms()
             wait_ms = POLL_INTERVAL_MS if deadline is None else max(
                 0, min(POLL_INTERVAL_MS, deadline - now_ms))
+            self.poll_at_ms = now_ms + wait_ms
             self._wakeup.clear()
             try:
                 async with asyncio.timeout(wait_ms / 1000):
@@ -340,34 +351,39 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                     last_fetched_epoch=part.last_fetched_epoch,
                     log_start_offset=part.log_start_offset)
         results = await self.data.fetch(params, partitions) if partitions else {}
-        by_topic: dict[str, list[broker_pb2.FetchResponse.PartitionData]] = {}
+        # Built in place: a PartitionData handed to a parent's constructor is deep-copied with its
+        # records (upb's merge measured ~0.7 ms per 256 KiB), add() copies them once into the arena.
+        response = broker_pb2.FetchResponse()
+        by_topic: dict[str, Any] = {}
+
+        def partitions_of(name: str) -> Any:
+            entry = by_topic.get(name)
+            if entry is None:
+                entry = by_topic[name] = response.responses.add(
+                    topic=name, topic_id=uuid_to_proto(topic_ids.get(name, ZERO_UUID))).partitions
+            return entry
+
         for tp, result in results.items():
             error, message, hint = self._refine(tp, result.error, result.error_message)
-            data = broker_pb2.FetchResponse.PartitionData(
+            data = partitions_of(tp.topic).add(
                 partition_index=tp.partition, error=error_proto(error, message),
                 high_watermark=result.high_watermark, last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset, records=result.records)
             if result.diverging_epoch is not None:
-                data.diverging_epoch.CopyFrom(common_pb2.EpochEndOffset(
-                    epoch=result.diverging_epoch.epoch,
-                    end_offset=result.diverging_epoch.end_offset))
+                data.diverging_epoch.epoch = result.diverging_epoch.epoch
+                data.diverging_epoch.end_offset = result.diverging_epoch.end_offset
             if hint is not None:
                 data.current_leader.CopyFrom(hint)
-            by_topic.setdefault(tp.topic, []).append(data)
         for tp, (code, message) in errors.items():
-            by_topic.setdefault(tp.topic, []).append(broker_pb2.FetchResponse.PartitionData(
+            partitions_of(tp.topic).add(
                 partition_index=tp.partition, error=error_proto(code, message),
-                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1))
+                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
         for name, index in invalid:
-            by_topic.setdefault(name, []).append(broker_pb2.FetchResponse.PartitionData(
+            partitions_of(name).add(
                 partition_index=index, error=error_proto(
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"invalid topic or partition {name!r}"),
-                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1))
-        return broker_pb2.FetchResponse(responses=[
-            broker_pb2.FetchResponse.FetchableTopicResponse(
-                topic=name, topic_id=uuid_to_proto(topic_ids.get(name, ZERO_UUID)),
-                partitions=parts)
-            for name, parts in by_topic.items()])
+                high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
+        return response
 
     # -- ListOffsets ----------------------------------------------------------------------------
 
