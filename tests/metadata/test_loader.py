@@ -142,3 +142,61 @@ def test_a_batch_straddling_the_image_offset_is_an_invariant_violation() -> None
     metadata_loader.handle_commit([batch(0, *TOPIC)])  # image at offset 1
     with pytest.raises(InvariantViolation, match="straddles"):
         metadata_loader.handle_commit([batch(1, r.NoOpRecord(), r.NoOpRecord())])
+
+
+def test_without_publishers_commits_pend_and_the_image_is_built_when_read() -> None:
+    metadata_loader = loader.MetadataLoader(decode=record_convert.decode)
+    change = r.PartitionChangeRecord(topic_id=T1, partition_id=0, isr=(1,))
+    metadata_loader.handle_commit([batch(0, *TOPIC, timestamp_ms=10)])
+    metadata_loader.handle_commit([batch(2, change, timestamp_ms=20)])
+    image = metadata_loader.image
+    partition = image.topics.partition(T1, 0)
+    assert partition is not None and partition.isr == (1,)
+    assert image.provenance == im.MetadataProvenance(last_offset=2, last_epoch=1,
+                                                     last_append_timestamp_ms=20)
+    assert metadata_loader.image is image  # built once; nothing pends any more
+    # Redelivered batches are still skipped, and a straddling one still refused.
+    metadata_loader.handle_commit([batch(3, r.NoOpRecord())])
+    metadata_loader.handle_commit([batch(2, change), batch(3, r.NoOpRecord())])
+    with pytest.raises(InvariantViolation, match="straddles"):
+        metadata_loader.handle_commit([batch(3, r.NoOpRecord(), r.NoOpRecord())])
+    assert metadata_loader.image.provenance.last_offset == 3
+
+
+def test_without_publishers_a_failing_commit_keeps_what_pended_before_it() -> None:
+    metadata_loader = loader.MetadataLoader(decode=record_convert.decode)
+    metadata_loader.handle_commit([batch(0, *TOPIC)])
+    second = r.TopicRecord(name="u", topic_id=Uuid.from_bits(2, 2))
+    # The second batch of this call fails after its first batch (and record) replayed.
+    bad = CommittedBatch(base_offset=3, last_offset=4, epoch=1, append_timestamp_ms=0,
+                         records=(record_convert.encode(r.NoOpRecord()), b"\xff\xff"))
+    with pytest.raises(CorruptRecordError, match="offset 4"):
+        metadata_loader.handle_commit([batch(2, second), bad])
+    image = metadata_loader.image
+    assert image.provenance.last_offset == 1
+    assert image.topics.get_topic_by_name("t") is not None
+    assert image.topics.get_topic_by_name("u") is None
+    # And it goes on from there.
+    metadata_loader.handle_commit([batch(2, second)])
+    assert metadata_loader.image.topics.get_topic_by_name("u") is not None
+
+
+def test_without_publishers_the_image_is_built_once_enough_records_pend(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "MAX_PENDING_RECORDS", 3)
+    metadata_loader = loader.MetadataLoader(decode=record_convert.decode)
+    metadata_loader.handle_commit([batch(0, *TOPIC)])
+    assert metadata_loader._image is im.EMPTY  # pending (2 records)
+    metadata_loader.handle_commit([batch(2, r.NoOpRecord())])
+    assert metadata_loader._image.provenance.last_offset == 2  # built at 3 records
+
+
+def test_a_publisher_added_while_commits_pend_sees_them_all() -> None:
+    metadata_loader = loader.MetadataLoader(decode=record_convert.decode)
+    metadata_loader.handle_commit([batch(0, *TOPIC)])
+    recorder = Recorder()
+    metadata_loader.add_publisher(recorder)
+    ((_, image),) = recorder.updates
+    assert image.topics.get_topic_by_name("t") is not None
+    metadata_loader.handle_commit([batch(2, r.NoOpRecord())])
+    assert len(recorder.updates) == 2  # with a publisher: one publication per commit

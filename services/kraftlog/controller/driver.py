@@ -364,7 +364,9 @@ class QuorumController:
                 self._fail_queued(failure)
                 raise
             finished_ns = time.monotonic_ns()
-            timing = self.timings.setdefault(kind, EventTimings())
+            timing = self.timings.get(kind)
+            if timing is None:
+                timing = self.timings[kind] = EventTimings()
             timing.count += 1
             queue_ns = started_ns - event.enqueued_ns
             process_ns = finished_ns - started_ns

@@ -22,6 +22,7 @@ Edge module: asyncio and the clock.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import pathlib
 import time
@@ -37,6 +38,7 @@ from kraftlog.controller.result import ControllerResult
 from kraftlog.controller.state import ControllerState
 from kraftlog.metadata import bootstrap, record_convert
 from kraftlog.metadata import loader as ld
+from kraftlog.metadata import records as mr
 from kraftlog.metadata import snapshot as msnap
 from kraftlog.raft import consensus
 from kraftlog.raft import driver as raft_driver
@@ -115,6 +117,55 @@ def _decode(value: bytes, offset: int) -> Any:
     return record_convert.decode(value, offset=offset)
 
 
+RECORD_CACHE_SIZE = 20_000
+"""Records :class:`RecordCache` holds at most (two full operations' worth)."""
+
+
+class RecordCache:
+    """Each committed record decoded once per process, not once per consumer.
+
+    Two consumers read every committed record here: the QuorumController and the
+    MetadataLoader (kept for snapshots). On a standby both decode the same bytes; on the
+    active controller the loader decodes what the controller has just encoded. So
+    :meth:`encode` and :meth:`decode` remember ``bytes -> record`` and the next
+    :meth:`decode` of equal bytes takes the record (and forgets it: each record has
+    exactly one other consumer). Keyed by the bytes themselves, so it is exact: decoding
+    is a pure function of the bytes, and records are immutable values, safe to share.
+    Bounded (oldest out first); a miss only costs the decode it would have cost anyway.
+    """
+
+    def __init__(self, capacity: int = RECORD_CACHE_SIZE) -> None:
+        self._capacity = capacity
+        self._records: collections.OrderedDict[bytes, mr.MetadataRecord] = (
+            collections.OrderedDict())
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def encode(self, record: mr.MetadataRecord) -> bytes:
+        value = record_convert.encode(record)
+        self._remember(value, record)
+        return value
+
+    def decode(self, data: bytes, *, offset: int) -> mr.MetadataRecord:
+        key = data if type(data) is bytes else bytes(data)
+        record = self._records.pop(key, None)
+        if record is None:
+            record = record_convert.decode(key, offset=offset)
+            self._remember(key, record)
+        return record
+
+    def decode_at(self, value: bytes, offset: int) -> mr.MetadataRecord:
+        """:meth:`decode` with the QuorumController's ``Decode`` signature."""
+        return self.decode(value, offset=offset)
+
+    def _remember(self, value: bytes, record: mr.MetadataRecord) -> None:
+        records = self._records
+        records[value] = record
+        if len(records) > self._capacity:
+            records.popitem(last=False)
+
+
 class _SnapshotBookkeeper:
     """Record bytes committed since the last snapshot, and when that was."""
 
@@ -181,7 +232,8 @@ class ControllerHost:
             max_bytes_between_snapshots=cfg.get_int(
                 "metadata.log.max.record.bytes.between.snapshots"),
             max_interval_ms=cfg.get_int("metadata.log.max.snapshot.interval.ms"))
-        self.loader = ld.MetadataLoader(decode=record_convert.decode)
+        self.records = RecordCache()
+        self.loader = ld.MetadataLoader(decode=self.records.decode)
         self._books = _SnapshotBookkeeper()
         self.controller: driver.QuorumController | None = None
         self.raft: raft_driver.RaftDriver | None = None
@@ -199,7 +251,7 @@ class ControllerHost:
         :meth:`bind` then gives it that driver."""
         self.controller = driver.QuorumController(
             node_id=self.node_id, state_factory=self._new_state, raft=_RaftProxy(self),
-            encode=record_convert.encode, decode=_decode,
+            encode=self.records.encode, decode=self.records.decode_at,
             endpoint_of=lambda node: self.voters.get(node, ""),
             on_activate=self._on_activate, observer=self.record_tracer)
         return self.controller.raft_listener(also=[_CountingLoader(self.loader, self._books)])
@@ -289,8 +341,10 @@ class ControllerHost:
         reason = self.snapshot_policy.snapshot_reason(
             bytes_since_last_snapshot=books.bytes_since_snapshot, now_ms=now_ms,
             last_snapshot_ms=books.last_snapshot_ms)
-        image = self.loader.image
-        if reason is None or image.provenance.last_offset < 0:
+        if reason is None:
+            return
+        image = self.loader.image  # builds the image from the commits pending in the loader
+        if image.provenance.last_offset < 0:
             return
         end_offset = image.provenance.last_offset + 1
         books.bytes_since_snapshot = 0

@@ -50,16 +50,23 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         self.controller = controller
         self.cluster_id = cluster_id
         self._endpoint_of = endpoint_of
+        # (leader id, epoch, hint): only ever CopyFrom'd into responses, never changed.
+        self._hint_cache: tuple[int, int, common_pb2.LeaderHint] | None = None
 
     # -- plumbing ----------------------------------------------------------------------------------
 
     def _hint(self) -> common_pb2.LeaderHint:
-        status = self.controller.status()
-        leader = status.leader_id
-        hint = common_pb2.LeaderHint(leader_id=leader, leader_epoch=status.epoch)
+        """The active controller as this node knows it; built once per (leader, epoch)."""
+        controller = self.controller
+        leader, epoch = controller.leader_id, controller.epoch
+        cached = self._hint_cache
+        if cached is not None and cached[0] == leader and cached[1] == epoch:
+            return cached[2]
+        hint = common_pb2.LeaderHint(leader_id=leader, leader_epoch=epoch)
         endpoint = _endpoint_proto(self._endpoint_of(leader)) if leader >= 0 else None
         if endpoint is not None:
             hint.endpoint.CopyFrom(endpoint)
+        self._hint_cache = (leader, epoch, hint)
         return hint
 
     def _error_response(self, response_cls: type[Message], code: ErrorCode,

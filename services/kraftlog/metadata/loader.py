@@ -28,6 +28,14 @@ Rules:
   process (committed metadata is trusted), never skipped.
 * The image is switched before publishers run; an exception from a publisher
   propagates too (a publisher that cannot keep up with the image is a bug).
+* With no publisher registered (the active controller's loader, kept only for
+  metadata snapshots and metrics), commits coalesce into one pending delta and the
+  image is built when :attr:`MetadataLoader.image` is next read, or once
+  :data:`MAX_PENDING_RECORDS` records are pending. Building an image copies the
+  top-level maps (O(topics)); doing that per commit made every CreateTopics cost
+  O(topics) on the controller. Kafka's loader batches commits the same way before
+  it publishes. The rules above still hold per call: a failing commit leaves the
+  pending records as they were.
 """
 
 from __future__ import annotations
@@ -56,11 +64,18 @@ class MetadataPublisher(Protocol):
     def on_metadata_update(self, delta: dl.MetadataDelta, image: im.MetadataImage) -> None: ...
 
 
+MAX_PENDING_RECORDS = 50_000
+"""Records a publisher-less loader lets pend before it builds the image anyway (memory)."""
+
+
 def replay_batches(image: im.MetadataImage, batches: Iterable[CommittedBatch],
-                   decode: RecordDecoder) -> dl.MetadataDelta | None:
-    """A delta of ``image`` with every batch it does not already cover; ``None`` if none."""
-    delta: dl.MetadataDelta | None = None
-    last_offset = image.provenance.last_offset
+                   decode: RecordDecoder,
+                   delta: dl.MetadataDelta | None = None) -> dl.MetadataDelta | None:
+    """A delta of ``image`` with every batch it does not already cover; ``None`` if none.
+
+    With ``delta`` (a delta of ``image`` holding earlier batches), replays into it instead,
+    skipping what it already covers."""
+    last_offset = image.provenance.last_offset if delta is None else delta.provenance.last_offset
     for batch in batches:
         if batch.last_offset <= last_offset:
             continue
@@ -117,16 +132,25 @@ class MetadataLoader:
         self._decode = decode
         self._image = image
         self._publishers: list[MetadataPublisher] = []
+        # Without publishers: the commits not yet in ``_image`` (see the module doc), and
+        # the batches they came from, to rebuild the delta if a later commit fails midway.
+        self._pending: dl.MetadataDelta | None = None
+        self._pending_batches: list[CommittedBatch] = []
+        self._pending_records = 0
         self.leader_id = -1
         self.leader_epoch = -1
 
     @property
     def image(self) -> im.MetadataImage:
+        if self._pending is not None:
+            self._apply_pending()
         return self._image
 
     def add_publisher(self, publisher: MetadataPublisher) -> None:
         """Register ``publisher``; it first gets the current image as a delta of the empty one,
         unless the image is still empty, so it can catch up (like Kafka's installPublishers)."""
+        if self._pending is not None:
+            self._apply_pending()
         self._publishers.append(publisher)
         if self._image.provenance != im.EMPTY_PROVENANCE:
             delta = dl.MetadataDelta(im.EMPTY)
@@ -142,17 +166,41 @@ class MetadataLoader:
     # RaftListener
 
     def handle_commit(self, batches: Sequence[CommittedBatch]) -> None:
-        delta = replay_batches(self._image, batches, self._decode)
-        if delta is not None:
-            self._publish(delta)
+        if self._publishers:
+            delta = replay_batches(self._image, batches, self._decode)
+            if delta is not None:
+                self._publish(delta)
+            return
+        pending = self._pending
+        try:
+            delta = replay_batches(self._image, batches, self._decode, pending)
+        except Exception:
+            if pending is not None:  # half of this call is in it: rebuild it without
+                self._pending = replay_batches(self._image, self._pending_batches,
+                                               self._decode)
+            raise
+        if delta is None:
+            return
+        self._pending = delta
+        self._pending_batches.extend(batches)
+        self._pending_records += sum(b.last_offset - b.base_offset + 1 for b in batches)
+        if self._pending_records >= MAX_PENDING_RECORDS:
+            self._apply_pending()
 
     def handle_load_snapshot(self, reader: SnapshotReader) -> None:
-        self._publish(replay_snapshot(self._image, reader, self._decode))
+        self._publish(replay_snapshot(self.image, reader, self._decode))
 
     def handle_leader_change(self, leader_id: int, epoch: int) -> None:
         """Remember the raft leader (-1: unknown); the image does not change."""
         self.leader_id = leader_id
         self.leader_epoch = epoch
+
+    def _apply_pending(self) -> None:
+        assert self._pending is not None
+        self._image = self._pending.apply()
+        self._pending = None
+        self._pending_batches.clear()
+        self._pending_records = 0
 
     def _publish(self, delta: dl.MetadataDelta) -> None:
         image = delta.apply()
