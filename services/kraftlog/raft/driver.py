@@ -43,12 +43,13 @@ Edge module: asyncio and the clock live here; no raft rule does.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
 import logging
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -199,6 +200,37 @@ class _CoreSink:
             future.set_result(response)
 
 
+class _FlushThread:
+    """A daemon thread that runs the leader's fsyncs in order and reports each to the loop
+    with ``call_soon_threadsafe`` (one wake-up of the loop; no futures on the way)."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop,
+                 done: Callable[[PendingFlush, BaseException | None], None]) -> None:
+        self._loop = loop
+        self._done = done
+        self._queue: queue.SimpleQueue[PendingFlush | None] = queue.SimpleQueue()
+        threading.Thread(target=self._main, name=name, daemon=True).start()
+
+    def submit(self, flush: PendingFlush) -> None:
+        self._queue.put(flush)
+
+    def close(self) -> None:
+        """The thread ends after the flush it is running (it owns that flush's descriptor)."""
+        self._queue.put(None)
+
+    def _main(self) -> None:
+        while (flush := self._queue.get()) is not None:
+            error: BaseException | None = None
+            try:
+                flush.run()
+            except BaseException as exc:  # reported to the loop: a failed fsync is fatal there
+                error = exc
+            try:
+                self._loop.call_soon_threadsafe(self._done, flush, error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
+
+
 class RaftDriver:
     """One raft node on asyncio. Create, :meth:`start`, then :meth:`stop`."""
 
@@ -228,7 +260,7 @@ class RaftDriver:
         self._stopping = False
         self._log = log
         # The leader's fsync runs here, one at a time, while the loop keeps serving.
-        self._flusher: concurrent.futures.ThreadPoolExecutor | None = None
+        self._flusher: _FlushThread | None = None
         self._flush_in_flight: PendingFlush | None = None
         self._last_role: es.Role | None = None
         # Raises CorruptFileError here for an unreadable quorum-state: before any I/O starts.
@@ -286,7 +318,7 @@ class RaftDriver:
         self._fail_pending()
         if self._flusher is not None:
             # A running fsync owns its descriptor: the caller may close the log meanwhile.
-            self._flusher.shutdown(wait=False, cancel_futures=True)
+            self._flusher.close()
         await self.peers.close()
 
     # -- inputs (any coroutine on the loop) ----------------------------------------------------------
@@ -485,16 +517,14 @@ class RaftDriver:
             return wakeup_ms
         self._flush_in_flight = pending
         if self._flusher is None:
-            self._flusher = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"raft-flush-{self.node_id}")
-        done = asyncio.get_running_loop().run_in_executor(self._flusher, pending.run)
-        done.add_done_callback(lambda future: self._flush_finished(pending, future))
+            self._flusher = _FlushThread(f"raft-flush-{self.node_id}",
+                                         asyncio.get_running_loop(), self._flush_finished)
+        self._flusher.submit(pending)
         return wakeup_ms
 
-    def _flush_finished(self, pending: PendingFlush, future: asyncio.Future[None]) -> None:
-        if self._stopping or future.cancelled():  # cancelled: only by stop()
-            return
-        self._submit(_FlushDone(flush=pending, error=future.exception()))
+    def _flush_finished(self, pending: PendingFlush, error: BaseException | None) -> None:
+        if not self._stopping:
+            self._submit(_FlushDone(flush=pending, error=error))
 
     def _to_wall_clock(self, response: m.RaftResponse) -> m.RaftResponse:
         if not isinstance(response, m.DescribeQuorumResponse):
