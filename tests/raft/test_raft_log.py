@@ -764,3 +764,25 @@ def test_a_roll_takes_the_full_flush_and_fsyncs_the_new_segment(tmp_path: pathli
     reopened = open_log(tmp_path)
     assert reopened.end_offset == log.end_offset
     reopened.close()
+
+
+def test_a_replaced_active_segment_file_is_never_fsynced_through_the_old_descriptor(
+        tmp_path: pathlib.Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(b"a"), 1)
+    log.flush()
+    log.append_as_leader(batch(b"b"), 1)
+    log.flush()  # now the fast path holds a descriptor on the active segment
+    assert log._sync_fd >= 0
+    active = [f for f in os.listdir(log.directory) if f.endswith(".log")]
+    assert len(active) == 1
+    path = os.path.join(log.directory, active[0])
+    # Something outside the raft layer unlinks and recreates the file (the descriptor now
+    # names a deleted inode): the next flush takes the full path instead.
+    with open(path, "rb") as src, open(path + ".copy", "wb") as dst:
+        dst.write(src.read())
+    os.replace(path + ".copy", path)
+    log.append_as_leader(batch(b"c"), 1)
+    assert log.begin_flush() is None  # flushed synchronously by the segmented log
+    assert log.flushed_offset == log.end_offset == 3
+    log.abandon()

@@ -465,7 +465,8 @@ class StorageRaftLog:
         active = self._log.log_end_offset_metadata
         base, position = active.segment_base_offset, active.relative_position_in_segment
         if self._sync_fd < 0 or base != self._sync_base or self._log.recovery_point <= base \
-                or position - self._full_flush_position >= FULL_FLUSH_INTERVAL_BYTES:
+                or position - self._full_flush_position >= FULL_FLUSH_INTERVAL_BYTES \
+                or os.fstat(self._sync_fd).st_nlink == 0:  # (replaced: never fsync a ghost)
             # A full flush covered part of the active segment only after that segment was
             # created (and its directory entry fsynced with it) if its recovery point lies
             # beyond the segment's base; otherwise (a roll, a new or reset log) and now and
