@@ -17,6 +17,7 @@ import pytest
 from raft_harness import CLUSTER as SIM_CLUSTER  # type: ignore[import-not-found]
 from raft_harness import Node as SimNode
 
+from kraftlog.ids import Epoch
 from kraftlog.raft import consensus, driver, raft_log, transport
 from kraftlog.raft import messages as msg
 from kraftlog.raft.epoch_state import Role
@@ -24,12 +25,14 @@ from kraftlog.raft.error_codes import ErrorCode
 from kraftlog.raft.memory_log import MemoryRaftLog
 from kraftlog.raft.quorum_state_store import (
     QUORUM_STATE_FILE_NAME,
+    ElectionState,
     FileQuorumStateStore,
     MemoryQuorumStateStore,
 )
 from kraftlog.raft.raft_config import RaftConfig
 from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.storage import record_batch
 from kraftlog.v1 import common_pb2, raft_pb2, raft_pb2_grpc
 
 CLUSTER = "driver-test-cluster"
@@ -470,3 +473,45 @@ def test_the_leaders_fsync_runs_off_the_loop_and_counts_only_when_done(
             await raft.stop(graceful=False)
 
     run(scenario, tmp_path)
+
+
+def test_a_follower_with_an_epoch_the_leader_never_saw_truncates_it_over_grpc(
+        tmp_path: pathlib.Path) -> None:
+    """Node 3 holds an uncommitted entry of epoch 2 (it led epoch 2 briefly), the leader's
+    log starts at a later epoch: the leader answers its Fetch with the diverging epoch
+    (log start, -1), which must survive the protobuf conversion so node 3 truncates and
+    catches up (it used to be rejected as malformed: node 3 then never fetched again)."""
+    async def scenario(root: pathlib.Path) -> None:
+        nodes = {i: Node(i, root) for i in (1, 2, 3)}
+        for node in nodes.values():  # everyone saw epoch 2 (node 3 led it): the next is 3
+            node.dir.mkdir(parents=True)
+            FileQuorumStateStore(node.dir / QUORUM_STATE_FILE_NAME, cluster_id=CLUSTER).write(
+                ElectionState(epoch=Epoch(2), voters=frozenset({1, 2, 3})))
+        stale = StorageRaftLog.open(nodes[3].dir, clock_ms=lambda: time.time_ns() // 1_000_000)
+        stale.append_as_leader(rb_batch(b"never committed"), 2)
+        stale.flush()
+        stale.close()
+        voters = {i: f"127.0.0.1:{n.port}" for i, n in nodes.items()}
+        try:
+            for i in (1, 2):  # a majority without node 3, so node 3 cannot win
+                await nodes[i].start(voters)
+            pair = {i: nodes[i] for i in (1, 2)}
+            await wait_until(lambda: single_leader(pair) is not None, timeout_s=10,
+                             what="a leader of nodes 1 and 2")
+            leader = single_leader(pair)
+            assert leader is not None
+            await propose_when_ready(leader, [b"a"])
+            await nodes[3].start(voters)
+            await wait_until(lambda: nodes[3].listener.values == [b"a"], timeout_s=10,
+                             what="node 3 truncating its epoch-2 entry and catching up",
+                             nodes=nodes)
+            assert nodes[3].log is not None and nodes[3].log.last_fetched_epoch() > 2
+        finally:
+            for n in nodes.values():
+                await n.stop(graceful=False)
+
+    run(scenario, tmp_path)
+
+
+def rb_batch(*values: bytes) -> bytes:
+    return record_batch.build_batch([record_batch.RecordInput(value=v) for v in values])

@@ -416,7 +416,9 @@ def response_from_proto(p: ProtoResponse) -> m.RaftResponse | Invalid:
                                         epoch=p.snapshot_id.epoch)
                        if p.HasField("snapshot_id") else None)
         bad = _check([
-            (diverging is None or (diverging.offset >= 0 and diverging.epoch >= 0),
+            # Epoch -1: the leader knows no epoch at or below the follower's last one (the
+            # core's end_offset_for_epoch answers (log start, -1)); the follower truncates.
+            (diverging is None or (diverging.offset >= 0 and diverging.epoch >= -1),
              f"diverging_epoch {diverging} has a negative field"),
             (snapshot_id is None or (snapshot_id.offset >= 0 and snapshot_id.epoch >= 0),
              f"snapshot_id {snapshot_id} has a negative field"),

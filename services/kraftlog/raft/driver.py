@@ -168,7 +168,7 @@ class _FlushDone:
     """The leader's fsync thread finished ``flush`` (``error``: it raised)."""
 
     flush: PendingFlush
-    error: BaseException | None
+    error: Exception | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,7 +205,7 @@ class _FlushThread:
     with ``call_soon_threadsafe`` (one wake-up of the loop; no futures on the way)."""
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop,
-                 done: Callable[[PendingFlush, BaseException | None], None]) -> None:
+                 done: Callable[[PendingFlush, Exception | None], None]) -> None:
         self._loop = loop
         self._done = done
         self._queue: queue.SimpleQueue[PendingFlush | None] = queue.SimpleQueue()
@@ -220,10 +220,10 @@ class _FlushThread:
 
     def _main(self) -> None:
         while (flush := self._queue.get()) is not None:
-            error: BaseException | None = None
+            error: Exception | None = None
             try:
                 flush.run()
-            except BaseException as exc:  # reported to the loop: a failed fsync is fatal there
+            except Exception as exc:  # reported to the loop: a failed fsync is fatal there
                 error = exc
             try:
                 self._loop.call_soon_threadsafe(self._done, flush, error)
@@ -522,7 +522,7 @@ class RaftDriver:
         self._flusher.submit(pending)
         return wakeup_ms
 
-    def _flush_finished(self, pending: PendingFlush, error: BaseException | None) -> None:
+    def _flush_finished(self, pending: PendingFlush, error: Exception | None) -> None:
         if not self._stopping:
             self._submit(_FlushDone(flush=pending, error=error))
 
