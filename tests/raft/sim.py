@@ -120,6 +120,7 @@ class SimNode:
         self.store = MemoryQuorumStateStore()
         self.rng = random.Random(cluster.rng.getrandbits(64))
         self.incarnation = 0
+        self.flushing = False  # a leader fsync is running (begun, not yet complete)
         self.client: consensus.RaftClient | None = None
         self.listener: SimListener | None = None
         self.wakeup_generation = 0
@@ -133,6 +134,7 @@ class SimNode:
 
     def start(self, now_ms: int) -> None:
         self.incarnation += 1
+        self.flushing = False
         self.listener = SimListener(self.cluster, self.node_id)
         self.client = consensus.RaftClient(
             node_id=self.node_id, voters=self.cluster.voter_endpoints, cluster_id=CLUSTER_ID,
@@ -245,14 +247,23 @@ class Cluster:
         wakeup = node.client.poll(self.now_ms)
         node.wakeup_generation += 1
         generation = node.wakeup_generation
-        if node.client.needs_leader_flush():
-            incarnation = node.incarnation
+        if node.client.needs_leader_flush() and not node.flushing:
+            # As the driver does: the fsync begins now (covering what is appended so far),
+            # runs on another thread while messages keep arriving, and counts when it ends.
+            pending = node.log.begin_flush()
+            if pending is not None:
+                node.flushing = True
+                incarnation = node.incarnation
 
-            def flush() -> None:
-                if node.client is not None and node.incarnation == incarnation \
-                        and node.client.flush_leader_log(self.now_ms):
+                def flush() -> None:
+                    if node.client is None or node.incarnation != incarnation:
+                        return  # crashed meanwhile: the flush never completed
+                    node.flushing = False
+                    pending.run()
+                    node.log.complete_flush(pending)
                     self._poll(node)
-            self.schedule(self.now_ms + self.rng.randint(0, 2), flush, f"flush {node.node_id}")
+                self.schedule(self.now_ms + self.rng.randint(0, 2), flush,
+                              f"flush {node.node_id}")
 
         def wake() -> None:
             if node.wakeup_generation == generation and node.client is not None:

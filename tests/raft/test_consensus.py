@@ -461,3 +461,40 @@ def test_snapshot_must_end_at_or_below_the_high_watermark() -> None:
     elect(node)
     with pytest.raises(InvariantViolation, match="must be in"):
         node.client.create_snapshot(1, now_ms=1000)
+
+
+def test_deferred_leader_flush_hw_needs_the_leaders_flush_or_two_followers() -> None:
+    """With the leader's fsync off the poll (the driver runs it on a thread), the HW is the
+    majority of *durable* copies: the leader's counts only once its flush completed; until
+    then two followers' fetch offsets are the majority of three."""
+    node = Node(1)
+    elect(node)
+    node.client.defer_leader_flush = True
+    node.client.handle_request(2, fetch(2, 1, 1, 1), 1000)
+    node.client.poll(1000)
+    assert node.log.high_watermark == 1
+    node.client.propose([b"a"], 1001)
+    node.client.poll(1001 + CONFIG.append_linger_ms)
+    assert node.log.end_offset == 2 and node.log.flushed_offset == 1
+    assert node.client.needs_leader_flush()
+    pending = node.log.begin_flush()
+    assert pending is not None and pending.target == 2
+    node.client.propose([b"b"], 1002)  # appended while the fsync runs: not covered by it
+    node.client.poll(1002 + CONFIG.append_linger_ms)
+    assert node.log.end_offset == 3
+    # One follower holds everything, the leader nothing durable past 1: no majority.
+    node.client.handle_request(2, fetch(2, 1, 3, 1), 1020)
+    node.client.poll(1020)
+    assert node.log.high_watermark == 1 and node.listener.values() == []
+    # The flush completes: leader (2) + follower 2 (3) -> HW 2, never past the flushed 2.
+    pending.run()
+    node.log.complete_flush(pending)
+    node.client.poll(1021)
+    assert node.log.flushed_offset == 2 and node.log.high_watermark == 2
+    assert node.listener.values() == [b"a"]
+    # Offset 3 is not durable on the leader: follower 3 joining makes two followers of
+    # three, a majority without the leader.
+    node.client.handle_request(3, fetch(3, 1, 3, 1), 1022)
+    node.client.poll(1022)
+    assert node.log.flushed_offset == 2 and node.log.high_watermark == 3
+    assert node.listener.values() == [b"a", b"b"]

@@ -123,6 +123,7 @@ MALFORMED_REQUESTS: list[tuple[convert.ProtoRequest, str]] = [
     (raft_pb2.RaftFetchRequest(replica_id=1, max_wait_ms=-1), "max_wait_ms"),
     (raft_pb2.RaftFetchRequest(replica_id=1, max_bytes=-1), "max_bytes"),
     (raft_pb2.RaftFetchRequest(replica_id=1, last_fetched_epoch=-7), "last_fetched_epoch"),
+    (raft_pb2.RaftFetchRequest(replica_id=1, current_leader_epoch=-2), "current_leader_epoch"),
     (raft_pb2.FetchSnapshotRequest(replica_id=1, max_bytes=10), "snapshot_id is missing"),
     (raft_pb2.FetchSnapshotRequest(replica_id=1, max_bytes=10, position=-1,
                                    snapshot_id=common_pb2.SnapshotId(end_offset=5, epoch=1)),
@@ -180,10 +181,17 @@ MALFORMED_RESPONSES: list[tuple[convert.ProtoResponse, str]] = [
     (raft_pb2.RaftFetchResponse(diverging_epoch=common_pb2.EpochEndOffset(epoch=1,
                                                                           end_offset=-4)),
      "diverging_epoch"),
+    (raft_pb2.RaftFetchResponse(diverging_epoch=common_pb2.EpochEndOffset(epoch=-2,
+                                                                          end_offset=4)),
+     "diverging_epoch"),
     (raft_pb2.RaftFetchResponse(diverging_epoch=common_pb2.EpochEndOffset(epoch=1, end_offset=4),
                                 snapshot_id=common_pb2.SnapshotId(end_offset=4, epoch=1)),
      "both"),
     (raft_pb2.RaftFetchResponse(high_watermark=-5), "high_watermark"),
+    (raft_pb2.RaftFetchResponse(current_leader=common_pb2.LeaderHint(leader_id=-9)),
+     "leader_id"),
+    (raft_pb2.RaftFetchResponse(error=common_pb2.Error(code=common_pb2.GROUP_ID_NOT_FOUND)),
+     "error code"),
     (raft_pb2.FetchSnapshotResponse(size=10, position=0), "no snapshot_id"),
     (raft_pb2.FetchSnapshotResponse(snapshot_id=common_pb2.SnapshotId(end_offset=4, epoch=1),
                                     size=10, position=11), "outside"),
@@ -204,3 +212,13 @@ def test_endpoints_translate_both_ways_and_ignore_garbage() -> None:
     assert convert.endpoint_to_proto("") == []
     assert convert.endpoint_to_proto("no-port") == []
     assert convert.endpoint_from_proto([common_pb2.Endpoint(host="h", port=0)]) == ""
+
+
+def test_a_diverging_epoch_before_every_epoch_the_leader_knows_is_valid() -> None:
+    """A follower whose last epoch ended before the leader's first (a leader of an epoch
+    that never committed anything) is told (log start, -1) and truncates: the answer must
+    not be rejected on the way in, or that follower never catches up."""
+    response = m.FetchResponse(error_code=ErrorCode.NONE, leader_epoch=2, leader_id=1,
+                               high_watermark=0, log_start_offset=0,
+                               diverging_epoch=m.OffsetAndEpoch(offset=0, epoch=-1))
+    assert convert.response_from_proto(convert.response_to_proto(response)) == response

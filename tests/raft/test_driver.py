@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,14 +17,22 @@ import pytest
 from raft_harness import CLUSTER as SIM_CLUSTER  # type: ignore[import-not-found]
 from raft_harness import Node as SimNode
 
-from kraftlog.raft import consensus, driver, transport
+from kraftlog.ids import Epoch
+from kraftlog.raft import consensus, driver, raft_log, transport
 from kraftlog.raft import messages as msg
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.error_codes import ErrorCode
-from kraftlog.raft.quorum_state_store import QUORUM_STATE_FILE_NAME, FileQuorumStateStore
+from kraftlog.raft.memory_log import MemoryRaftLog
+from kraftlog.raft.quorum_state_store import (
+    QUORUM_STATE_FILE_NAME,
+    ElectionState,
+    FileQuorumStateStore,
+    MemoryQuorumStateStore,
+)
 from kraftlog.raft.raft_config import RaftConfig
 from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.storage import record_batch
 from kraftlog.v1 import common_pb2, raft_pb2, raft_pb2_grpc
 
 CLUSTER = "driver-test-cluster"
@@ -391,3 +400,118 @@ def test_fetches_share_one_stream_a_timed_out_one_is_not_reused_and_old_peers_ge
                 await server.stop(None)
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+
+
+class _GatedFlush:
+    """A MemoryRaftLog flush whose ``run`` waits for the test (a slow fsync) or fails."""
+
+    def __init__(self, inner: raft_log.PendingFlush, log: _SlowFlushLog) -> None:
+        self.inner = inner
+        self.log = log
+
+    @property
+    def target(self) -> int:
+        return self.inner.target
+
+    def run(self) -> None:
+        self.log.threads.add(threading.get_ident())
+        if not self.log.release.wait(10):
+            raise OSError("test: flush never released")
+        if self.log.fail:
+            raise OSError(5, "test: fsync failed")
+        self.inner.run()
+
+
+class _SlowFlushLog(MemoryRaftLog):
+    def __init__(self) -> None:
+        super().__init__("slow-flush log")
+        self.release = threading.Event()
+        self.fail = False
+        self.threads: set[int] = set()
+
+    def begin_flush(self) -> raft_log.PendingFlush | None:
+        inner = super().begin_flush()
+        return None if inner is None else _GatedFlush(inner, self)
+
+    def complete_flush(self, flush: raft_log.PendingFlush) -> None:
+        super().complete_flush(flush.inner if isinstance(flush, _GatedFlush) else flush)
+
+
+def test_the_leaders_fsync_runs_off_the_loop_and_counts_only_when_done(
+        tmp_path: pathlib.Path) -> None:
+    async def scenario(_: pathlib.Path) -> None:
+        log = _SlowFlushLog()
+        listener = Listener()
+        raft = driver.RaftDriver(node_id=1, voters={1: "127.0.0.1:1"}, cluster_id=CLUSTER,
+                                 config=CONFIG, log=log, store=MemoryQuorumStateStore(),
+                                 listener=listener, rng=random.Random(1))
+        raft.start()
+        try:
+            await wait_until(lambda: raft.status.role is Role.LEADER, timeout_s=5,
+                             what="a single voter elects itself")
+            offset = await raft.propose([b"x"])
+            await wait_until(lambda: log.threads != set(), timeout_s=5, what="the fsync starts")
+            assert threading.get_ident() not in log.threads
+            # The fsync is stuck; the loop is not: calls are answered, nothing commits.
+            ends = [await raft.call(lambda client, _now: client.log.end_offset)
+                    for _ in range(3)]
+            assert ends == [offset + 1] * 3
+            assert log.flushed_offset == offset and log.high_watermark <= offset
+            assert listener.values == []
+            log.release.set()
+            await wait_until(lambda: listener.values == [b"x"], timeout_s=5,
+                             what="the commit once the leader's copy is durable")
+            assert log.flushed_offset == log.high_watermark == offset + 1
+            # A failed fsync is fatal, as it is on the loop thread.
+            log.fail = True
+            await raft.propose([b"y"])
+            with pytest.raises(OSError, match="fsync failed"):
+                await asyncio.wait_for(raft.wait(), 5)
+            assert listener.values == [b"x"]
+        finally:
+            log.release.set()
+            await raft.stop(graceful=False)
+
+    run(scenario, tmp_path)
+
+
+def test_a_follower_with_an_epoch_the_leader_never_saw_truncates_it_over_grpc(
+        tmp_path: pathlib.Path) -> None:
+    """Node 3 holds an uncommitted entry of epoch 2 (it led epoch 2 briefly), the leader's
+    log starts at a later epoch: the leader answers its Fetch with the diverging epoch
+    (log start, -1), which must survive the protobuf conversion so node 3 truncates and
+    catches up (it used to be rejected as malformed: node 3 then never fetched again)."""
+    async def scenario(root: pathlib.Path) -> None:
+        nodes = {i: Node(i, root) for i in (1, 2, 3)}
+        for node in nodes.values():  # everyone saw epoch 2 (node 3 led it): the next is 3
+            node.dir.mkdir(parents=True)
+            FileQuorumStateStore(node.dir / QUORUM_STATE_FILE_NAME, cluster_id=CLUSTER).write(
+                ElectionState(epoch=Epoch(2), voters=frozenset({1, 2, 3})))
+        stale = StorageRaftLog.open(nodes[3].dir, clock_ms=lambda: time.time_ns() // 1_000_000)
+        stale.append_as_leader(rb_batch(b"never committed"), 2)
+        stale.flush()
+        stale.close()
+        voters = {i: f"127.0.0.1:{n.port}" for i, n in nodes.items()}
+        try:
+            for i in (1, 2):  # a majority without node 3, so node 3 cannot win
+                await nodes[i].start(voters)
+            pair = {i: nodes[i] for i in (1, 2)}
+            await wait_until(lambda: single_leader(pair) is not None, timeout_s=10,
+                             what="a leader of nodes 1 and 2")
+            leader = single_leader(pair)
+            assert leader is not None
+            await propose_when_ready(leader, [b"a"])
+            await nodes[3].start(voters)
+            await wait_until(lambda: nodes[3].listener.values == [b"a"], timeout_s=10,
+                             what="node 3 truncating its epoch-2 entry and catching up",
+                             nodes=nodes)
+            assert nodes[3].log is not None and nodes[3].log.last_fetched_epoch() > 2
+        finally:
+            for n in nodes.values():
+                await n.stop(graceful=False)
+
+    run(scenario, tmp_path)
+
+
+def rb_batch(*values: bytes) -> bytes:
+    return record_batch.build_batch([record_batch.RecordInput(value=v) for v in values])

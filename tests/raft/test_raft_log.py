@@ -688,3 +688,101 @@ def test_reads_of_the_recently_appended_tail_match_the_memory_log(tmp_path: path
     finally:
         leader.abandon()
         follower.abandon()
+
+
+def test_two_step_flush_covers_what_was_appended_at_its_start(logs: Logs) -> None:
+    log = logs.make()
+    log.append_as_leader(batch(b"a", b"b"), 1)
+    log.flush()
+    assert log.flushed_offset == 2 and log.begin_flush() is None
+    log.append_as_leader(batch(b"c"), 1)
+    pending = log.begin_flush()
+    if pending is None:  # the segmented log may flush synchronously (first flush of a segment)
+        assert log.flushed_offset == 3
+        log.append_as_leader(batch(b"c2"), 1)
+        pending = log.begin_flush()
+    assert pending is not None
+    covered = pending.target
+    assert covered == log.end_offset and log.flushed_offset == covered - 1
+    log.append_as_leader(batch(b"d"), 1)
+    assert log.flushed_offset == covered - 1  # nothing moves before completion
+    pending.run()
+    log.complete_flush(pending)
+    assert log.flushed_offset == covered  # ...and then only up to its target
+    log.flush()
+    assert log.flushed_offset == log.end_offset
+
+
+def test_a_truncation_lapses_a_flush_begun_before_it(logs: Logs) -> None:
+    log = logs.make()
+    log.append_as_leader(batch(b"a"), 1)
+    log.flush()
+    log.append_as_leader(batch(b"b"), 1)
+    log.flush()
+    log.append_as_leader(batch(b"c"), 1)
+    log.append_as_leader(batch(b"d"), 1)
+    pending = log.begin_flush()
+    assert pending is not None and pending.target == 4
+    log.truncate_to(2)
+    assert log.flushed_offset == 2
+    log.append_as_follower(rb.build_batch([rb.RecordInput(value=b"x"), rb.RecordInput(value=b"y")],
+                                          base_offset=2, partition_leader_epoch=2))
+    pending.run()
+    log.complete_flush(pending)  # it covered the truncated c, d: says nothing about x, y
+    assert log.end_offset == 4 and log.flushed_offset == 2
+
+
+def test_fast_flush_survives_a_crash_and_reopen(tmp_path: pathlib.Path) -> None:
+    """The fsync-only flush leaves the segmented log's recovery point behind; a crash (no
+    close) then recovers from it and keeps every flushed entry."""
+    log = open_log(tmp_path)
+    for i in range(20):
+        log.append_as_leader(batch(b"v%d" % i), 1)
+        log.flush()
+    assert log.flushed_offset == 20
+    log.abandon()
+    reopened = open_log(tmp_path)
+    assert reopened.end_offset == 20
+    assert [r.value for b in read_all(reopened, 0) for r in b.records] == \
+        [b"v%d" % i for i in range(20)]
+    reopened.close()
+
+
+def test_a_roll_takes_the_full_flush_and_fsyncs_the_new_segment(tmp_path: pathlib.Path) -> None:
+    log = open_log(tmp_path, segment_bytes=log_config.MIN_SEGMENT_BYTES)
+    value = b"x" * 200
+    while len(log._log.segments) < 3:
+        log.append_as_leader(batch(value), 1)
+        pending = log.begin_flush()
+        if pending is not None:  # fast path: inside a segment already fully flushed into
+            base = log._log.segments[-1].base_offset
+            assert log._log.recovery_point > base
+            pending.run()
+            log.complete_flush(pending)
+        assert log.flushed_offset == log.end_offset
+    log.abandon()
+    reopened = open_log(tmp_path)
+    assert reopened.end_offset == log.end_offset
+    reopened.close()
+
+
+def test_a_replaced_active_segment_file_is_never_fsynced_through_the_old_descriptor(
+        tmp_path: pathlib.Path) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(batch(b"a"), 1)
+    log.flush()
+    log.append_as_leader(batch(b"b"), 1)
+    log.flush()  # now the fast path holds a descriptor on the active segment
+    assert log._sync_fd >= 0
+    active = [f for f in os.listdir(log.directory) if f.endswith(".log")]
+    assert len(active) == 1
+    path = os.path.join(log.directory, active[0])
+    # Something outside the raft layer unlinks and recreates the file (the descriptor now
+    # names a deleted inode): the next flush takes the full path instead.
+    with open(path, "rb") as src, open(path + ".copy", "wb") as dst:
+        dst.write(src.read())
+    os.replace(path + ".copy", path)
+    log.append_as_leader(batch(b"c"), 1)
+    assert log.begin_flush() is None  # flushed synchronously by the segmented log
+    assert log.flushed_offset == log.end_offset == 3
+    log.abandon()

@@ -214,11 +214,13 @@ class RaftClient:
         self._purgatory: dict[int, _ParkedFetch] = {}
         self._listener_next_offset = 0
         self._fired_leader: tuple[int, int] | None = None
-        # When set, poll() leaves the leader's fsync to flush_leader_log(), which the driver
-        # calls once the Fetch answers that poll completed are on their way: followers then
-        # append and fsync while the leader does, as etcd's leader writes its WAL in
-        # parallel with replication. The leader's copy counts towards the HW only once
-        # flushed, so what commits and when it is durable do not change.
+        # When set, poll() leaves the leader's fsync to its driver (``flush_leader_log()``,
+        # or the log's begin_flush/complete_flush on another thread), which starts it once
+        # the Fetch answers that poll completed are on their way: followers then append and
+        # fsync while the leader does, as etcd's leader writes its WAL in parallel with
+        # replication. Each poll counts whatever the log reports flushed by then; the
+        # leader's copy counts towards the HW only once flushed, so the HW never passes
+        # the leader's flushed offset unless a majority of followers holds the entries.
         self.defer_leader_flush = False
         # Added to now_ms for the timestamps written into batches: the driver's core clock
         # is monotonic, while record timestamps (and `kraftlog quorum history`) are wall

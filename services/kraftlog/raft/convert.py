@@ -75,10 +75,14 @@ def _error(code: ErrorCode, message: str = "") -> common_pb2.Error:
     return common_pb2.Error(code=int(code), message=message)  # type: ignore[arg-type]
 
 
+_ERROR_CODES: dict[int, ErrorCode] = {int(c): ErrorCode(c) for c in RAFT_ERROR_CODES}
+
+
 def _error_code(error: common_pb2.Error) -> ErrorCode | Invalid:
-    if int(error.code) not in RAFT_ERROR_CODES:
+    code = _ERROR_CODES.get(int(error.code))
+    if code is None:
         return _invalid(f"error code {error.code} is not one the raft core knows")
-    return ErrorCode(error.code)
+    return code
 
 
 def endpoint_to_proto(endpoint: str) -> list[common_pb2.Endpoint]:
@@ -109,6 +113,14 @@ def _check(conditions: list[tuple[bool, str]]) -> Invalid | None:
 # -- requests: core -> proto ---------------------------------------------------------------------
 
 def request_to_proto(request: m.RaftRequest) -> ProtoRequest:
+    if isinstance(request, m.FetchRequest):  # by far the most frequent
+        return raft_pb2.RaftFetchRequest(
+            cluster_id=request.cluster_id, topic_partition=_topic_partition(),
+            replica_id=request.replica_id, replica_epoch=-1,
+            current_leader_epoch=request.current_leader_epoch,
+            fetch_offset=request.fetch_offset, last_fetched_epoch=request.last_fetched_epoch,
+            log_start_offset=-1, max_wait_ms=min(request.max_wait_ms, _INT32_MAX),
+            max_bytes=min(request.max_bytes, _INT32_MAX))
     if isinstance(request, m.VoteRequest):
         return raft_pb2.VoteRequest(
             cluster_id=request.cluster_id, topic_partition=_topic_partition(),
@@ -127,14 +139,6 @@ def request_to_proto(request: m.RaftRequest) -> ProtoRequest:
             leader_id=request.leader_id, leader_epoch=request.leader_epoch,
             preferred_candidates=[common_pb2.ReplicaKey(id=i)
                                   for i in request.preferred_successors])
-    if isinstance(request, m.FetchRequest):
-        return raft_pb2.RaftFetchRequest(
-            cluster_id=request.cluster_id, topic_partition=_topic_partition(),
-            replica_id=request.replica_id, replica_epoch=-1,
-            current_leader_epoch=request.current_leader_epoch,
-            fetch_offset=request.fetch_offset, last_fetched_epoch=request.last_fetched_epoch,
-            log_start_offset=-1, max_wait_ms=min(request.max_wait_ms, _INT32_MAX),
-            max_bytes=min(request.max_bytes, _INT32_MAX))
     if isinstance(request, m.FetchSnapshotRequest):
         return raft_pb2.FetchSnapshotRequest(
             cluster_id=request.cluster_id, topic_partition=_topic_partition(),
@@ -196,6 +200,20 @@ def end_quorum_epoch_request_from_proto(
 
 
 def fetch_request_from_proto(p: raft_pb2.RaftFetchRequest) -> m.FetchRequest | Invalid:
+    # The hot path (every follower fetch): one pass over the fields; the messages below are
+    # built only for a request that fails.
+    replica_id, leader_epoch = p.replica_id, p.current_leader_epoch
+    fetch_offset, last_epoch = p.fetch_offset, p.last_fetched_epoch
+    max_wait_ms, max_bytes = p.max_wait_ms, p.max_bytes
+    if (replica_id >= -1 and leader_epoch >= -1 and fetch_offset >= 0 and last_epoch >= -1
+            and max_wait_ms >= 0 and max_bytes >= 0 and (
+                not p.HasField("topic_partition")
+                or (p.topic_partition.topic == METADATA_TOPIC
+                    and p.topic_partition.partition == METADATA_PARTITION))):
+        return m.FetchRequest(cluster_id=p.cluster_id, replica_id=replica_id,
+                              current_leader_epoch=leader_epoch, fetch_offset=fetch_offset,
+                              last_fetched_epoch=last_epoch, max_wait_ms=max_wait_ms,
+                              max_bytes=max_bytes)
     bad = _check_partition(p.topic_partition, p.HasField("topic_partition")) or _check([
         (p.replica_id >= -1, f"replica_id {p.replica_id} is below -1"),
         (p.current_leader_epoch >= -1,
@@ -242,14 +260,14 @@ def describe_quorum_request_from_proto(
 
 
 def request_from_proto(p: ProtoRequest) -> m.RaftRequest | Invalid:
+    if isinstance(p, raft_pb2.RaftFetchRequest):  # by far the most frequent
+        return fetch_request_from_proto(p)
     if isinstance(p, raft_pb2.VoteRequest):
         return vote_request_from_proto(p)
     if isinstance(p, raft_pb2.BeginQuorumEpochRequest):
         return begin_quorum_epoch_request_from_proto(p)
     if isinstance(p, raft_pb2.EndQuorumEpochRequest):
         return end_quorum_epoch_request_from_proto(p)
-    if isinstance(p, raft_pb2.RaftFetchRequest):
-        return fetch_request_from_proto(p)
     if isinstance(p, raft_pb2.FetchSnapshotRequest):
         return fetch_snapshot_request_from_proto(p)
     return describe_quorum_request_from_proto(p)
@@ -276,20 +294,7 @@ def _replica_to_proto(r: m.ReplicaDescription) -> raft_pb2.DescribeQuorumRespons
 
 
 def response_to_proto(response: m.RaftResponse) -> ProtoResponse:
-    if isinstance(response, m.VoteResponse):
-        return raft_pb2.VoteResponse(error=_error(response.error_code),
-                                     vote_granted=response.vote_granted,
-                                     current_leader=_hint(response.leader_id,
-                                                          response.leader_epoch))
-    if isinstance(response, m.BeginQuorumEpochResponse):
-        return raft_pb2.BeginQuorumEpochResponse(
-            error=_error(response.error_code),
-            current_leader=_hint(response.leader_id, response.leader_epoch))
-    if isinstance(response, m.EndQuorumEpochResponse):
-        return raft_pb2.EndQuorumEpochResponse(
-            error=_error(response.error_code),
-            current_leader=_hint(response.leader_id, response.leader_epoch))
-    if isinstance(response, m.FetchResponse):
+    if isinstance(response, m.FetchResponse):  # by far the most frequent
         fetch = raft_pb2.RaftFetchResponse(
             error=_error(response.error_code, response.error_message),
             high_watermark=response.high_watermark, log_start_offset=response.log_start_offset,
@@ -303,6 +308,19 @@ def response_to_proto(response: m.RaftResponse) -> ProtoResponse:
             fetch.snapshot_id.CopyFrom(common_pb2.SnapshotId(
                 end_offset=response.snapshot_id.offset, epoch=response.snapshot_id.epoch))
         return fetch
+    if isinstance(response, m.VoteResponse):
+        return raft_pb2.VoteResponse(error=_error(response.error_code),
+                                     vote_granted=response.vote_granted,
+                                     current_leader=_hint(response.leader_id,
+                                                          response.leader_epoch))
+    if isinstance(response, m.BeginQuorumEpochResponse):
+        return raft_pb2.BeginQuorumEpochResponse(
+            error=_error(response.error_code),
+            current_leader=_hint(response.leader_id, response.leader_epoch))
+    if isinstance(response, m.EndQuorumEpochResponse):
+        return raft_pb2.EndQuorumEpochResponse(
+            error=_error(response.error_code),
+            current_leader=_hint(response.leader_id, response.leader_epoch))
     if isinstance(response, m.FetchSnapshotResponse):
         chunk = raft_pb2.FetchSnapshotResponse(
             error=_error(response.error_code, response.error_message),
@@ -371,10 +389,17 @@ def response_from_proto(p: ProtoResponse) -> m.RaftResponse | Invalid:
             current_voters=tuple(_replica_from_proto(r) for r in p.current_voters),
             observers=tuple(_replica_from_proto(r) for r in p.observers),
             error_message=p.error.message)
-    bad = _check_hint(p.current_leader)
-    if bad is not None:
-        return bad
-    leader_id, epoch = p.current_leader.leader_id, p.current_leader.leader_epoch
+    hint = p.current_leader
+    leader_id, epoch = hint.leader_id, hint.leader_epoch
+    if leader_id < -1 or epoch < -1:
+        return _check_hint(hint) or _invalid(f"bad leader hint {hint}")
+    if isinstance(p, raft_pb2.RaftFetchResponse) and p.high_watermark >= -1 \
+            and not p.HasField("diverging_epoch") and not p.HasField("snapshot_id"):
+        # The hot path (every fetch answer that carries records or only waits).
+        return m.FetchResponse(error_code=code, leader_epoch=epoch, leader_id=leader_id,
+                               high_watermark=p.high_watermark,
+                               log_start_offset=p.log_start_offset, records=p.records,
+                               error_message=p.error.message)
     if isinstance(p, raft_pb2.VoteResponse):
         return m.VoteResponse(error_code=code, leader_epoch=epoch, leader_id=leader_id,
                               vote_granted=p.vote_granted)
@@ -391,7 +416,9 @@ def response_from_proto(p: ProtoResponse) -> m.RaftResponse | Invalid:
                                         epoch=p.snapshot_id.epoch)
                        if p.HasField("snapshot_id") else None)
         bad = _check([
-            (diverging is None or (diverging.offset >= 0 and diverging.epoch >= 0),
+            # Epoch -1: the leader knows no epoch at or below the follower's last one (the
+            # core's end_offset_for_epoch answers (log start, -1)); the follower truncates.
+            (diverging is None or (diverging.offset >= 0 and diverging.epoch >= -1),
              f"diverging_epoch {diverging} has a negative field"),
             (snapshot_id is None or (snapshot_id.offset >= 0 and snapshot_id.epoch >= 0),
              f"snapshot_id {snapshot_id} has a negative field"),

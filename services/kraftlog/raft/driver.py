@@ -13,6 +13,13 @@ itself instead of queueing it (``_try_inline``): one task switch less per step o
 the replication path, and still only one task in the core at a time (one thread,
 no ``await`` while in it).
 
+The leader's fsync runs on a thread of its own (:meth:`RaftDriver._start_leader_flush`,
+through the log's ``begin_flush`` / ``complete_flush``): it starts right after the append,
+while the loop answers the followers' parked Fetches and takes their acknowledgements;
+the leader's copy counts towards the high watermark when the fsync has returned and the
+owner has recorded it, as KRaft counts the leader's flushed offset. A follower's fsync
+stays inline: its next Fetch, which reports the new offset, must wait for it anyway.
+
 Time is a :class:`Clock`: the core runs on a monotonic millisecond clock;
 DescribeQuorum timestamps are moved to the wall clock (ms since the Unix epoch,
 as the protocol defines them) on the way out.
@@ -40,7 +47,9 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,7 +61,7 @@ from kraftlog.raft import epoch_state as es
 from kraftlog.raft import messages as m
 from kraftlog.raft.quorum_state_store import QuorumStateStore
 from kraftlog.raft.raft_config import RaftConfig
-from kraftlog.raft.raft_log import RaftLog
+from kraftlog.raft.raft_log import PendingFlush, RaftLog
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +70,6 @@ T = TypeVar("T")
 MAX_SLEEP_MS = 1000
 """Upper bound of one idle wait, so a lost wake-up can never stall the loop for long."""
 DEFAULT_RESIGN_WAIT_MS = 500
-LEADER_FLUSH_YIELDS = 3
-"""Event-loop turns given to the servicer tasks before the leader's deferred fsync."""
 
 
 class Clock(Protocol):
@@ -157,6 +164,14 @@ _WAKEUP = _Wakeup()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _FlushDone:
+    """The leader's fsync thread finished ``flush`` (``error``: it raised)."""
+
+    flush: PendingFlush
+    error: Exception | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Fatal:
     """The core failed while another task was driving it (:meth:`RaftDriver._try_inline`);
     the owner task raises it, so the driver fails exactly as if the owner had hit it."""
@@ -164,7 +179,7 @@ class _Fatal:
     error: Exception
 
 
-_Item = _InboundRequest | _Response | _SendFailure | _Call | _Wakeup | _Fatal
+_Item = _InboundRequest | _Response | _SendFailure | _Call | _Wakeup | _FlushDone | _Fatal
 
 
 class _CoreSink:
@@ -183,6 +198,37 @@ class _CoreSink:
         future = self.parked.pop(request_id, None)
         if future is not None and not future.done():  # done: the caller's deadline passed
             future.set_result(response)
+
+
+class _FlushThread:
+    """A daemon thread that runs the leader's fsyncs in order and reports each to the loop
+    with ``call_soon_threadsafe`` (one wake-up of the loop; no futures on the way)."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop,
+                 done: Callable[[PendingFlush, Exception | None], None]) -> None:
+        self._loop = loop
+        self._done = done
+        self._queue: queue.SimpleQueue[PendingFlush | None] = queue.SimpleQueue()
+        threading.Thread(target=self._main, name=name, daemon=True).start()
+
+    def submit(self, flush: PendingFlush) -> None:
+        self._queue.put(flush)
+
+    def close(self) -> None:
+        """The thread ends after the flush it is running (it owns that flush's descriptor)."""
+        self._queue.put(None)
+
+    def _main(self) -> None:
+        while (flush := self._queue.get()) is not None:
+            error: Exception | None = None
+            try:
+                flush.run()
+            except Exception as exc:  # reported to the loop: a failed fsync is fatal there
+                error = exc
+            try:
+                self._loop.call_soon_threadsafe(self._done, flush, error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
 
 
 class RaftDriver:
@@ -212,6 +258,10 @@ class RaftDriver:
         self._next_request_id = 0
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._log = log
+        # The leader's fsync runs here, one at a time, while the loop keeps serving.
+        self._flusher: _FlushThread | None = None
+        self._flush_in_flight: PendingFlush | None = None
         self._last_role: es.Role | None = None
         # Raises CorruptFileError here for an unreadable quorum-state: before any I/O starts.
         self.client = consensus.RaftClient(
@@ -266,6 +316,9 @@ class RaftDriver:
             # the caller still propagates.
             await asyncio.gather(self._task, return_exceptions=True)
         self._fail_pending()
+        if self._flusher is not None:
+            # A running fsync owns its descriptor: the caller may close the log meanwhile.
+            self._flusher.close()
         await self.peers.close()
 
     # -- inputs (any coroutine on the loop) ----------------------------------------------------------
@@ -360,6 +413,7 @@ class RaftDriver:
             self._flush()
             wakeup_ms = self.client.poll(now_ms)
             self._flush()
+            wakeup_ms = self._start_leader_flush(wakeup_ms)
             self._publish_status()
         except Exception as exc:
             if isinstance(item, _InboundRequest | _Call) and not item.future.done():
@@ -370,7 +424,7 @@ class RaftDriver:
         finally:
             # Still parked, unless something was queued meanwhile (the owner wakes for it).
             self._owner_idle = self._inbox.empty() and not self._stopping
-        if self.client.needs_leader_flush() or wakeup_ms < self._planned_wakeup_ms:
+        if wakeup_ms < self._planned_wakeup_ms:
             self._wake_owner()
         return True
 
@@ -384,14 +438,7 @@ class RaftDriver:
                     self._handle(self._inbox.get_nowait(), now_ms)
                 wakeup_ms = self.client.poll(now_ms)
                 self._flush()
-                if self.client.needs_leader_flush():
-                    # Let the servicer tasks hand the Fetch answers this poll completed to
-                    # gRPC (its threads send while we fsync), then make our copy durable.
-                    for _ in range(LEADER_FLUSH_YIELDS):
-                        await asyncio.sleep(0)
-                    if self.client.flush_leader_log(self.clock.monotonic_ms()):
-                        wakeup_ms = min(wakeup_ms, self.client.poll(self.clock.monotonic_ms()))
-                        self._flush()
+                wakeup_ms = self._start_leader_flush(wakeup_ms)
                 self._publish_status()
                 now_ms = self.clock.monotonic_ms()
                 sleep_ms = min(max(wakeup_ms - now_ms, 0), MAX_SLEEP_MS)
@@ -435,6 +482,11 @@ class RaftDriver:
             client.handle_send_failure(item.destination, item.request, now_ms)
         elif isinstance(item, _Wakeup):
             self._wakeup_queued = False  # the poll that follows is the point
+        elif isinstance(item, _FlushDone):
+            self._flush_in_flight = None
+            if item.error is not None:
+                raise item.error  # a failed fsync is fatal, as on the loop thread
+            self._log.complete_flush(item.flush)  # the poll that follows counts it
         elif isinstance(item, _Fatal):
             raise item.error
         else:
@@ -446,6 +498,33 @@ class RaftDriver:
                 item.future.set_exception(exc)
                 return
             item.future.set_result(result)
+
+    def _start_leader_flush(self, wakeup_ms: int) -> int:
+        """Begin the leader's fsync on the flusher thread if it has entries to make durable and
+        none is running; returns the next wake-up (a synchronous flush polls again).
+
+        The core counts the leader's copy towards the HW only once ``complete_flush`` moved
+        the log's flushed offset, so the HW never passes it; meanwhile the loop keeps
+        answering Fetches (the followers append and fsync in parallel) and two followers'
+        acknowledgements may commit without it, as in Raft. Entries appended while one
+        runs wait for the next (group commit)."""
+        if self._flush_in_flight is not None or not self.client.needs_leader_flush():
+            return wakeup_ms
+        pending = self._log.begin_flush()
+        if pending is None:  # the log flushed synchronously (a roll, ...): it counts now
+            wakeup_ms = min(wakeup_ms, self.client.poll(self.clock.monotonic_ms()))
+            self._flush()
+            return wakeup_ms
+        self._flush_in_flight = pending
+        if self._flusher is None:
+            self._flusher = _FlushThread(f"raft-flush-{self.node_id}",
+                                         asyncio.get_running_loop(), self._flush_finished)
+        self._flusher.submit(pending)
+        return wakeup_ms
+
+    def _flush_finished(self, pending: PendingFlush, error: Exception | None) -> None:
+        if not self._stopping:
+            self._submit(_FlushDone(flush=pending, error=error))
 
     def _to_wall_clock(self, response: m.RaftResponse) -> m.RaftResponse:
         if not isinstance(response, m.DescribeQuorumResponse):

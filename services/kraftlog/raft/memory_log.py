@@ -4,7 +4,10 @@ It keeps whole RecordBatch v2 byte strings (headers patched through
 ``kraftlog.storage.record_batch``, exactly as the segmented log does), a
 leader-epoch cache, snapshots as bytes, and the durable prefix:
 
-* ``flush()`` makes everything appended so far durable;
+* ``flush()`` makes everything appended so far durable; ``begin_flush()`` /
+  ``complete_flush()`` do it in two steps (what was appended at the first
+  step becomes durable at the second, unless a truncation or crash came
+  between), as the segmented log's fsync on another thread does;
 * ``crash()`` models a power loss: the unflushed suffix is gone, the high
   watermark (not persisted for the metadata log) resets to the log start, and
   frozen snapshots plus a log-start advance survive (they are atomic renames
@@ -21,8 +24,17 @@ from dataclasses import dataclass
 
 from kraftlog.errors import CorruptRecordError, InvariantViolation, OffsetOutOfRangeError
 from kraftlog.raft.messages import OffsetAndEpoch
-from kraftlog.raft.raft_log import LogAppendInfo
+from kraftlog.raft.raft_log import LogAppendInfo, PendingFlush
 from kraftlog.storage import record_batch as rb
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _MemoryFlush:
+    target: int
+    generation: int
+
+    def run(self) -> None:
+        """Nothing to wait for in memory (the durability step is ``complete_flush``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +54,7 @@ class MemoryRaftLog:
         self._bases: list[int] = []  # base offsets of _batches, for bisect
         self._start_offset = 0
         self._flushed_offset = 0
+        self._flush_generation = 0  # bumped by truncation/reset/crash: older flushes lapse
         self._high_watermark = 0
         # Leader-epoch cache (KIP-101): (epoch, start offset), both increasing.
         self._epochs: list[tuple[int, int]] = []
@@ -195,9 +208,21 @@ class MemoryRaftLog:
         if not self._batches:
             self._epochs.clear()
         self._flushed_offset = min(self._flushed_offset, self.end_offset)
+        self._flush_generation += 1
 
     def flush(self) -> None:
         self._flushed_offset = self.end_offset
+
+    def begin_flush(self) -> _MemoryFlush | None:
+        if self._flushed_offset >= self.end_offset:
+            return None
+        return _MemoryFlush(target=self.end_offset, generation=self._flush_generation)
+
+    def complete_flush(self, flush: PendingFlush) -> None:
+        if not isinstance(flush, _MemoryFlush):
+            raise TypeError(f"{self.name}: not a flush of this log: {flush!r}")
+        if flush.generation == self._flush_generation:
+            self._flushed_offset = max(self._flushed_offset, min(flush.target, self.end_offset))
 
     def crash(self) -> None:
         """Power loss: drop the unflushed suffix; the HW is forgotten (reset to log start)."""
@@ -255,6 +280,7 @@ class MemoryRaftLog:
         self._epochs.clear()
         self._start_offset = snapshot_id.offset
         self._flushed_offset = snapshot_id.offset
+        self._flush_generation += 1
         self._high_watermark = snapshot_id.offset
         for old in [s for s in self._snapshots if s != snapshot_id]:
             del self._snapshots[old]

@@ -34,6 +34,21 @@ class LogAppendInfo:
     last_offset: int
 
 
+class PendingFlush(Protocol):
+    """A flush begun by :meth:`RaftLog.begin_flush`: everything below ``target`` becomes
+    durable once :meth:`run` returns."""
+
+    @property
+    def target(self) -> int:
+        ...
+
+    def run(self) -> None:
+        """The blocking part (an fsync). Touches no state the log's owner uses, so it may
+        run on another thread while the owner keeps appending; raises OSError on a disk
+        error. Call it at most once."""
+        ...
+
+
 class RaftLog(Protocol):
     @property
     def start_offset(self) -> int:
@@ -88,6 +103,19 @@ class RaftLog(Protocol):
 
     def flush(self) -> None:
         """Make everything appended so far durable (group commit: one call per batch set)."""
+        ...
+
+    def begin_flush(self) -> PendingFlush | None:
+        """Start making everything appended so far durable, in two steps: the caller runs the
+        returned flush's :meth:`~PendingFlush.run` (on any thread), then hands it to
+        :meth:`complete_flush`; ``flushed_offset`` moves only then. ``None``: nothing was
+        left to flush, or the log flushed synchronously before returning (``flushed_offset``
+        already moved). Appends may continue meanwhile; they are not covered."""
+        ...
+
+    def complete_flush(self, flush: PendingFlush) -> None:
+        """Raise ``flushed_offset`` to ``flush.target`` (after ``flush.run()`` returned), unless
+        the log was truncated or reset since :meth:`begin_flush`; then it does nothing."""
         ...
 
     def latest_snapshot_id(self) -> OffsetAndEpoch | None:

@@ -29,6 +29,17 @@ uses, as Kafka's ``KafkaMetadataLog`` does:
   A value that is too low only costs a longer scan; one that is too high
   would make a torn tail fatal, which is why truncation lowers it first.
 
+Flushing (:meth:`StorageRaftLog.flush`, or :meth:`~StorageRaftLog.begin_flush` then
+:meth:`~StorageRaftLog.complete_flush` so that the fsync can run on another thread while
+the owner keeps appending): while everything unflushed lies in the active segment and
+that segment's directory entry is already durable, a flush is one ``fsync`` of the
+segment's ``.log`` file through a duplicated descriptor and touches no state of the
+segmented log, whose own recovery point then lags (indexes are rebuilt above it after a
+crash, so they need no fsync). Anything else (a roll since the last full flush, a new
+log) takes the segmented log's full ``flush()`` at once, as does every
+:data:`FULL_FLUSH_INTERVAL_BYTES` of fast flushes, which bounds the recovery scan.
+``flushed_offset`` is the larger of the two.
+
 Not persisted, as in KRaft: the high watermark (it restarts at the log start
 and the leader re-establishes it). The log start offset is derived from the
 snapshots on open: it is the latest snapshot's end offset (Kafka's
@@ -40,7 +51,7 @@ Behaviour (errors, offsets, epochs, snapshots) matches
 runs the same scenarios against both. Callers: the raft client through the
 protocol, and the controller process that opens and closes it. Pure core: no
 clock (time comes in through ``clock_ms``), no asyncio, no threads; one owner
-calls it.
+calls it (only a :class:`SegmentSync`'s ``run`` may be called from another thread).
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kraftlog.errors import (
     CorruptFileError,
@@ -59,7 +71,7 @@ from kraftlog.errors import (
 )
 from kraftlog.raft import snapshot as snap
 from kraftlog.raft.messages import OffsetAndEpoch
-from kraftlog.raft.raft_log import LogAppendInfo
+from kraftlog.raft.raft_log import LogAppendInfo, PendingFlush
 from kraftlog.storage import (
     atomic_file,
     checkpoint,
@@ -76,6 +88,27 @@ logger = logging.getLogger(__name__)
 METADATA_TOPIC_PARTITION = topic_partition.TopicPartition(topic="__cluster_metadata", partition=0)
 TAIL_CACHE_BYTES = 1 << 20
 """Recently appended bytes kept in memory for reads (halved when exceeded)."""
+FULL_FLUSH_INTERVAL_BYTES = 16 << 20
+"""Active-segment bytes flushed by fsync alone before the segmented log's own flush runs
+again (which raises its recovery point and so bounds the CRC scan after a crash)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentSync:
+    """One pending fsync of the active segment (:meth:`StorageRaftLog.begin_flush`).
+
+    Owns ``fd`` (a duplicate of the log's descriptor): :meth:`run` fsyncs and closes it and
+    touches nothing else, so it may run on another thread."""
+
+    target: int
+    generation: int
+    fd: int
+
+    def run(self) -> None:
+        try:
+            os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
 
 
 class StorageRaftLog:
@@ -107,6 +140,13 @@ class StorageRaftLog:
         # delivery); served from here that costs no pread and no index walk.
         self._tail: list[tuple[int, int, memoryview]] = []
         self._tail_bytes = 0
+        # Flushing by fsync of the active segment alone (see the module docstring): the end
+        # of what those fsyncs made durable, and the segment they cover.
+        self._synced_offset = log.recovery_point
+        self._flush_generation = 0  # bumped by truncation/reset: pending flushes lapse
+        self._sync_fd = -1  # O_RDONLY on the active segment's .log file, or -1
+        self._sync_base = -1  # that segment's base offset
+        self._full_flush_position = 0  # its byte size at the last full flush
 
     # -- open / close -----------------------------------------------------------------------
 
@@ -174,12 +214,16 @@ class StorageRaftLog:
     def close(self) -> None:
         """Flush everything, record the recovery point (= log end) and close the files."""
         self._clear_tail()
+        self._close_sync_fd()
+        self._flush_generation += 1
         self._log.close()
         self._write_recovery_checkpoint()
 
     def abandon(self) -> None:
         """Close the files without flushing or checkpointing (a failed disk; a crash in tests)."""
         self._clear_tail()
+        self._close_sync_fd()
+        self._flush_generation += 1
         self._log.close_handlers()
 
     def _write_recovery_checkpoint(self) -> None:
@@ -201,7 +245,8 @@ class StorageRaftLog:
 
     @property
     def flushed_offset(self) -> int:
-        return max(self._log.recovery_point, self._log.log_start_offset)
+        return min(max(self._synced_offset, self._log.recovery_point,
+                       self._log.log_start_offset), self._log.log_end_offset)
 
     @property
     def high_watermark(self) -> int:
@@ -376,6 +421,7 @@ class StorageRaftLog:
             offset = base
         self._clear_tail()
         self._log.truncate_to(offset)
+        self._lapse_pending_flushes(offset)
         self._fsync_truncation()
         if self.end_offset == self.start_offset:
             self._epoch_cache.clear()
@@ -407,7 +453,54 @@ class StorageRaftLog:
         return None if first is None else first.base_offset
 
     def flush(self) -> None:
-        self._log.flush()
+        pending = self.begin_flush()
+        if pending is not None:
+            pending.run()
+            self.complete_flush(pending)
+
+    def begin_flush(self) -> SegmentSync | None:
+        end = self.end_offset
+        if self.flushed_offset >= end:
+            return None
+        active = self._log.log_end_offset_metadata
+        base, position = active.segment_base_offset, active.relative_position_in_segment
+        if self._sync_fd < 0 or base != self._sync_base or self._log.recovery_point <= base \
+                or position - self._full_flush_position >= FULL_FLUSH_INTERVAL_BYTES \
+                or os.fstat(self._sync_fd).st_nlink == 0:  # (replaced: never fsync a ghost)
+            # A full flush covered part of the active segment only after that segment was
+            # created (and its directory entry fsynced with it) if its recovery point lies
+            # beyond the segment's base; otherwise (a roll, a new or reset log) and now and
+            # then to bound recovery, the segmented log flushes (and fsyncs the dir) itself.
+            self._log.flush()
+            self._synced_offset = end
+            self._close_sync_fd()
+            self._sync_base = base
+            self._full_flush_position = position
+            if self._log.recovery_point > base:
+                self._sync_fd = os.open(
+                    os.path.join(self._directory, segment.file_name(base, segment.LOG_SUFFIX)),
+                    os.O_RDONLY)
+            return None
+        return SegmentSync(target=end, generation=self._flush_generation,
+                           fd=os.dup(self._sync_fd))
+
+    def complete_flush(self, flush: PendingFlush) -> None:
+        if not isinstance(flush, SegmentSync):
+            raise TypeError(f"{self.name}: not a flush of this log: {flush!r}")
+        if flush.generation == self._flush_generation:
+            self._synced_offset = max(self._synced_offset, min(flush.target, self.end_offset))
+
+    def _lapse_pending_flushes(self, new_end: int) -> None:
+        """A truncation or reset: flushes begun before it no longer say anything."""
+        self._flush_generation += 1
+        self._synced_offset = min(self._synced_offset, new_end)
+        self._close_sync_fd()
+
+    def _close_sync_fd(self) -> None:
+        if self._sync_fd >= 0:
+            os.close(self._sync_fd)
+        self._sync_fd = -1
+        self._sync_base = -1
 
     # -- snapshots (KIP-630) ----------------------------------------------------------------
 
@@ -492,6 +585,7 @@ class StorageRaftLog:
                 f"high watermark {self._high_watermark}")
         self._clear_tail()
         self._log.truncate_fully_and_start_at(snapshot_id.offset)
+        self._lapse_pending_flushes(snapshot_id.offset)
         self._epoch_cache.clear()
         atomic_file.fsync_dir(self._directory)  # the segment deletions and the new segment
         self._write_recovery_checkpoint()

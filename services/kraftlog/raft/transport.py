@@ -119,9 +119,9 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
         if handler is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "raft driver not started yet")
             raise AssertionError("unreachable: abort raises")
-        leader_id, epoch = handler.leader_and_epoch()
         converted = convert.request_from_proto(request)
         if isinstance(converted, convert.Invalid):
+            leader_id, epoch = handler.leader_and_epoch()
             logger.info("event=invalid_request rpc=%s reason=%r", type(request).__name__,
                         converted.message)
             return convert.error_response(type(request), converted, leader_id=leader_id,
