@@ -401,6 +401,10 @@ def test_observer_finds_the_leader_replicates_and_never_votes() -> None:
     observer = nodes[100]
     assert observer.client.role is Role.FOLLOWER
     assert observer.listener.values() == [b"seen-by-observer"]
+    # Its fetched entries are not fsynced (they never count towards the HW); a voter's are.
+    assert observer.log.flushed_offset < observer.log.end_offset == leader.log.end_offset
+    follower = next(n for i, n in nodes.items() if i in (1, 2, 3) and n is not leader)
+    assert follower.log.flushed_offset == follower.log.end_offset == leader.log.end_offset
     response = observer.client.handle_request(2, vote(2, 9, 5, 100, voter=100), 620)
     assert isinstance(response, m.VoteResponse)
     assert response.error_code is ErrorCode.INCONSISTENT_VOTER_SET

@@ -983,9 +983,12 @@ class RaftClient:
                                    self.node_id, self.epoch, source, exc)
                     self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
                     return
-                # Flush before the next Fetch reports the new end offset to the leader: the
-                # leader counts it towards the HW.
-                self.log.flush()
+                # A voter flushes before its next Fetch reports the new end offset: the
+                # leader counts it towards the HW. An observer's offset never counts, so it
+                # leaves the fsync to segment rolls and shutdown, as Kafka's appendAsFollower
+                # does: a crash loses at most an unflushed tail, fetched again on restart.
+                if self.quorum.is_voter:
+                    self.log.flush()
             if response.high_watermark >= 0:
                 self.log.update_high_watermark(min(response.high_watermark, self.log.end_offset))
 
