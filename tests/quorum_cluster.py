@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -166,6 +166,19 @@ def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
                                  + (cluster.logs() if cluster else "")
                                  + (details() if details else ""))
         time.sleep(0.05)
+
+
+def wait_for_full_isr(producer: Any, topic: str, partitions: int, *,
+                      timeout_s: float = 15) -> None:
+    """Wait until a client ``Producer``'s metadata shows every partition of ``topic`` with a
+    leader and an ISR of 3 (refreshing the metadata on each try)."""
+    def full_isr() -> bool | None:
+        producer.metadata.request_update()
+        parts = producer.partitions_for(topic, timeout_ms=5000)
+        return True if len(parts) == partitions and all(
+            len(p.isr) == 3 and p.leader_id >= 0 for p in parts) else None
+
+    wait_for(full_isr, timeout_s=timeout_s, what=f"{partitions} partitions of {topic} with a full ISR")
 
 
 def end_offsets(view: raft_pb2.DescribeQuorumResponse) -> dict[int, int]:

@@ -26,7 +26,7 @@ import time
 
 import pytest
 import quorum_cluster
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
+from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for, wait_for_full_isr
 
 from kraftlog import cli as kraftlog_cli
 from kraftlog import client
@@ -88,13 +88,7 @@ def test_produce_consume_through_library_and_cli_and_a_leader_kill(
                                            request_timeout_ms=5000, delivery_timeout_ms=30000)
             producer = client.Producer(config)
             try:
-                def full_isr() -> bool | None:
-                    producer.metadata.request_update()
-                    parts = producer.partitions_for(TOPIC, timeout_ms=5000)
-                    return True if len(parts) == PARTITIONS and all(
-                        len(p.isr) == 3 and p.leader_id >= 0 for p in parts) else None
-
-                wait_for(full_isr, timeout_s=15, what="3 partitions with a full ISR")
+                wait_for_full_isr(producer, TOPIC, PARTITIONS)
 
                 # 1. library: keyed records, acks=all, read back in order.
                 sent = [(f"key-{i % 40}".encode(), f"value-{i}".encode()) for i in range(300)]

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import pytest
 import quorum_cluster
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
+from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for, wait_for_full_isr
 
 from kraftlog import cli as kraftlog_cli
 from kraftlog import client
@@ -124,13 +124,7 @@ def test_pipelined_idempotent_produce_survives_lost_answers_in_order(
             request_timeout_ms=10000, delivery_timeout_ms=60000)
         producer = client.Producer(config)
         try:
-            def full_isr() -> bool | None:
-                producer.metadata.request_update()
-                parts = producer.partitions_for(TOPIC, timeout_ms=5000)
-                return True if len(parts) == PARTITIONS and all(
-                    len(p.isr) == 3 and p.leader_id >= 0 for p in parts) else None
-
-            wait_for(full_isr, timeout_s=15, what="partitions with a full ISR")
+            wait_for_full_isr(producer, TOPIC, PARTITIONS)
             producer.send(TOPIC, b"warm-up", partition=0).result(timeout=10)
             first_pid = producer._producer_id
             shared: dict[str, Any] = {"lock": threading.Lock(), "calls": 0,
