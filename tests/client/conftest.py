@@ -39,6 +39,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.log_start: dict[tuple[str, int], int] = {}
         self.produce_errors: dict[tuple[str, int], list[ErrorCode]] = {}
         self.produce_requests: list[broker_pb2.ProduceRequest] = []
+        self.fetch_requests: list[broker_pb2.FetchRequest] = []
         self.produce_metadata: list[dict[str, str]] = []
         self.metadata_requests = 0
         self.port = 0
@@ -211,6 +212,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         answer = broker_pb2.FetchResponse()
         empty = True
         with self.lock:
+            self.fetch_requests.append(request)
             for topic in request.topics:
                 parts = []
                 for part in topic.partitions:
@@ -222,9 +224,17 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                             partition_index=part.partition,
                             error=_error(ErrorCode.OFFSET_OUT_OF_RANGE), high_watermark=end))
                         continue
-                    data = b"".join(b for b in self.logs.get(key, []) if (
+                    batches = [b for b in self.logs.get(key, []) if (
                         rb.BatchHeader(b).base_offset + rb.BatchHeader(b).last_offset_delta
-                        >= part.fetch_offset and rb.BatchHeader(b).base_offset >= start))
+                        >= part.fetch_offset and rb.BatchHeader(b).base_offset >= start)]
+                    # Whole batches up to partition_max_bytes, at least one (as Kafka does).
+                    size = 0
+                    for count, batch in enumerate(batches):
+                        size += len(batch)
+                        if count and size > part.partition_max_bytes:
+                            batches = batches[:count]
+                            break
+                    data = b"".join(batches)
                     empty = empty and not data
                     parts.append(broker_pb2.FetchResponse.PartitionData(
                         partition_index=part.partition, error=_error(ErrorCode.NONE),

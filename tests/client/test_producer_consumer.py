@@ -189,6 +189,36 @@ def test_consumer_polls_several_partitions_and_bounds_max_records(fake_broker: A
             assert [r.offset for r in records if r.partition == tp.partition] == list(range(15))
 
 
+def _fetches(broker: Any, settle_s: float = 0.3) -> int:
+    time.sleep(settle_s)  # a Fetch sent at the end of poll() reaches the fake a moment later
+    with broker.lock:
+        return len(broker.fetch_requests)
+
+
+def test_the_next_fetch_is_in_flight_while_one_answer_is_buffered(fake_broker: Any) -> None:
+    with producer_for(fake_broker) as producer:
+        for _batch in range(4):
+            for i in range(20):
+                producer.send("t", f"m{i}".encode(), partition=0)
+            producer.flush()
+    # One batch (20 records) per answer; max.poll.records 5.
+    with consumer_for(fake_broker, auto_offset_reset="earliest", max_poll_records=5,
+                      max_partition_fetch_bytes=1) as consumer:
+        consumer.assign([T0])
+        assert len(consumer.poll(timeout_ms=1000)) == 5
+        # 15 records buffered, one answer's worth or less: the second Fetch went out
+        # with the first poll instead of waiting for the buffer to drain.
+        assert _fetches(fake_broker) == 2
+        assert len(consumer.poll(timeout_ms=1000)) == 5
+        # Now 30 are buffered (two answers): no third Fetch until one answer's worth is read.
+        assert _fetches(fake_broker) == 2
+        assert len(consumer.poll(max_records=10, timeout_ms=1000)) == 10
+        assert _fetches(fake_broker) == 3
+        records = read(consumer, 60)
+        assert [r.offset for r in records] == list(range(20, 80))
+        assert {(r.topic, r.partition) for r in records} == {("t", 0)}
+
+
 def test_unknown_topic_for_the_consumer(fake_broker: Any) -> None:
     with consumer_for(fake_broker, default_api_timeout_ms=1000) as consumer, pytest.raises(
             client.UnknownTopicError, match="UNKNOWN_TOPIC_OR_PARTITION"):

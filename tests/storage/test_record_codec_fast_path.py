@@ -11,6 +11,7 @@ Kafka's ``DefaultRecord.writeTo`` layout, the same records or the same error
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import pytest
 from hypothesis import example, given, settings
@@ -182,3 +183,47 @@ def test_log_append_time_batches_decode_every_record_at_the_batch_time() -> None
                           timestamp_type=TimestampType.LOG_APPEND_TIME, now_ms=77)
     [batch] = rb.decode_batches(data)
     assert [r.timestamp_ms for r in batch.records] == [77, 77]
+
+
+class _Tagged(NamedTuple):
+    """A caller's own record type: a Record's five fields, then its own."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...]
+    source: str
+    epoch: int
+
+
+@settings(max_examples=100, deadline=None)
+@given(records=_records, now_ms=st.integers(0, 1 << 45), mutate=st.none() | st.integers(0, 1 << 20))
+def test_records_decoded_as_a_callers_type_are_records_plus_the_tail(
+        records: list[RecordInput], now_ms: int, mutate: int | None) -> None:
+    data = bytearray(rb.build_batch(records, base_offset=40, now_ms=now_ms))
+    if mutate is not None:  # a record byte changed and the CRC fixed: same error both ways
+        data[rb.RECORDS_OFFSET + mutate % (len(data) - rb.RECORDS_OFFSET)] ^= 0x41
+        struct.pack_into(">I", data, rb.CRC_OFFSET, rb.BatchHeader(bytes(data)).compute_crc())
+    [header] = rb.iter_batches(bytes(data))
+    try:
+        [expected] = rb.decode_batches(bytes(data))
+    except CorruptRecordError as exc:
+        with pytest.raises(CorruptRecordError) as info:
+            rb.decode_batch_records(header, _Tagged, ("t", 3))
+        assert (str(info.value), info.value.position) == (str(exc), exc.position)
+        return
+    tagged = rb.decode_batch_records(header, _Tagged, ("t", 3))
+    assert [type(r) for r in tagged] == [_Tagged] * len(records)
+    assert tagged == [_Tagged(*r, "t", 3) for r in expected.records]
+    assert tagged[-1].source == "t" and tagged[-1].epoch == 3
+    if mutate is None:
+        assert [r.offset for r in tagged] == list(range(40, 40 + len(records)))
+
+
+def test_decode_batch_records_checks_the_crc() -> None:
+    data = bytearray(rb.build_batch([RecordInput(value=b"v")]))
+    data[-1] ^= 1
+    [header] = rb.iter_batches(bytes(data))
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        rb.decode_batch_records(header, _Tagged, ("t", 0))

@@ -82,14 +82,16 @@ class ConsumerRecord(NamedTuple):
     with keywords all the same.
     """
 
-    topic: str
-    partition: int
+    # The first five fields are a storage Record's, in its order: the decoder builds
+    # ConsumerRecords directly (record_batch.decode_batch_records), one tuple per record.
     offset: int
     timestamp_ms: int
-    timestamp_type: rb.TimestampType
     key: bytes | None
     value: bytes | None
     headers: tuple[rb.Header, ...]
+    topic: str
+    partition: int
+    timestamp_type: rb.TimestampType
     leader_epoch: int
     """The partition leader epoch of the batch the record came in, -1 if unknown."""
 
@@ -147,6 +149,8 @@ class Consumer:
         """Per partition: where the next Fetch starts (past everything buffered or skipped)."""
         self._resets: dict[TopicPartition, _Reset] = {}
         self._buffers: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        self._fetched_records: dict[TopicPartition, int] = {}
+        """Per partition: how many records the last Fetch answer buffered (the prefetch bound)."""
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
         self._in_flight: dict[str, tuple[grpc.Future, dict[TopicPartition, int]]] = {}
@@ -167,7 +171,7 @@ class Consumer:
                 raise ValueError(f"assign() takes TopicPartition values, got {tp!r}")
         keep = set(wanted)
         for table in (self._positions, self._fetch_next, self._resets, self._buffers,
-                      self._high_watermarks, self._backoff_until):
+                      self._fetched_records, self._high_watermarks, self._backoff_until):
             for tp in [tp for tp in table if tp not in keep]:
                 del table[tp]
         self._assigned = wanted
@@ -671,13 +675,22 @@ class Consumer:
 
     def _send_fetches(self, deadline: float) -> None:
         """Send a Fetch to each leader for its partitions that have no Fetch in flight and
-        fewer than ``max.poll.records`` records buffered (never blocks on the answers)."""
+        at most one answer's worth of records buffered (never blocks on the answers).
+
+        Double buffering: while the application works through one answer, the next one
+        is on its way, so the consumer does not wait for a round trip per answer. A
+        partition holds at most about two answers (2 x ``max.partition.fetch.bytes``)
+        plus the one in flight; one with less than ``max.poll.records`` buffered is
+        always fetched.
+        """
         now = _now()
         self.metadata.maybe_refresh(deadline=max(deadline, now + 1.0))
         busy = {tp for _future, parts in self._in_flight.values() for tp in parts}
+        floor = self.config.max_poll_records
+        fetched = self._fetched_records
         fetchable = [tp for tp in self._assigned
                      if tp not in busy and self._backoff_until.get(tp, 0) <= now
-                     and len(self._buffers.get(tp) or ()) < self.config.max_poll_records]
+                     and len(self._buffers.get(tp) or ()) <= max(floor - 1, fetched.get(tp, 0))]
         unresolved = [tp for tp in fetchable if tp not in self._positions]
         if unresolved:
             try:
@@ -770,8 +783,9 @@ class Consumer:
                 code = client_errors.code_of(part.error.code)
                 if code is ErrorCode.NONE:
                     self._high_watermarks[tp] = part.high_watermark
-                    if part.records:
-                        self._buffer(tp, fetched_at, part.records)
+                    records = part.records  # each read of a bytes field is a copy
+                    if records:
+                        self._buffer(tp, fetched_at, records)
                 elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
                     self._on_out_of_range(tp, fetched_at)
                 elif client_errors.is_retriable(code) or client_errors.needs_metadata_refresh(code):
@@ -796,30 +810,32 @@ class Consumer:
         self._resets[tp] = _Reset.EARLIEST if policy is OffsetReset.EARLIEST else _Reset.LATEST
 
     def _buffer(self, tp: TopicPartition, position: int, data: bytes) -> None:
+        topic, partition = tp.topic, tp.partition
+        last: rb.BatchHeader | None = None
+        fetched: list[ConsumerRecord] = []  # buffered only once the whole answer decoded
         try:
-            batches = rb.decode_batches(data, allow_truncated_tail=True)
+            # A Fetch answer may end in a partial batch (cut at the byte limit, as Kafka's
+            # consumer tolerates): iter_batches stops before it.
+            for batch in rb.iter_batches(data):
+                last = batch
+                if batch.is_control or batch.last_offset < position:
+                    batch.validate()
+                    continue
+                records = rb.decode_batch_records(batch, ConsumerRecord, (
+                    topic, partition, batch.timestamp_type, batch.partition_leader_epoch))
+                if batch.base_offset < position:  # the fetch started inside this batch
+                    records = [r for r in records if r.offset >= position]
+                fetched.extend(records)
         except CorruptRecordError as exc:
             raise client_errors.KafkaApiError(
                 ErrorCode.CORRUPT_MESSAGE, f"{tp} at offset {position}: {exc}") from None
         buffer = self._buffers.get(tp)
         if buffer is None:
             buffer = self._buffers[tp] = deque()
-        topic, partition = tp.topic, tp.partition
-        new_record = tuple.__new__  # skips the NamedTuple's Python-level __new__: per record
-        for batch in batches:
-            if batch.is_control or batch.last_offset < position:
-                continue
-            ts_type = batch.timestamp_type
-            epoch = batch.partition_leader_epoch
-            records: Iterable[rb.Record] = batch.records
-            if batch.base_offset < position:  # the fetch started inside this batch
-                records = [r for r in records if r.offset >= position]
-            buffer.extend([
-                new_record(ConsumerRecord, (topic, partition, offset, timestamp, ts_type, key,
-                                            value, headers, epoch))
-                for offset, timestamp, key, value, headers in records])
-        if batches:
-            self._fetch_next[tp] = max(position, batches[-1].next_offset)
+        buffer.extend(fetched)
+        self._fetched_records[tp] = len(fetched)
+        if last is not None:
+            self._fetch_next[tp] = max(position, last.next_offset)
         if not buffer:
             # Only control batches or records before the position: move past them.
             self._positions[tp] = self._fetch_next[tp]

@@ -47,7 +47,7 @@ def records_to_batch(records: Sequence[ConsumerRecord]) -> Any:
     column from a tuple; headers, nearly always empty, get a list column of empty
     lists without touching each record.
     """
-    (topics, partitions, offsets, timestamps, ts_types, keys, values, headers,
+    (offsets, timestamps, keys, values, headers, topics, partitions, ts_types,
      _epochs) = zip(*records, strict=True)
     count = len(records)
     if topics[0] == topics[-1] and partitions[0] == partitions[-1] and (

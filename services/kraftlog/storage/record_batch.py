@@ -46,7 +46,7 @@ import enum
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import crc32c
 
@@ -1350,9 +1350,15 @@ def _decode_records_general(
 
 
 def _decode_records(
-    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
-) -> list[Record]:
+    data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
+    record_type: type[Any] = Record, tail: tuple[Any, ...] = (),
+) -> list[Any]:
     """:func:`_decode_records_general`'s result, with a fast path per record.
+
+    Each record is built as ``record_type`` from a :class:`Record`'s five fields
+    followed by ``tail`` (a Record when both are left out), so a caller that wants
+    its own record type (the consumer's ConsumerRecord) builds it once instead of
+    converting every Record.
 
     The common record (every varint before the headers at most two bytes, which
     covers lengths and deltas under 8192) is read inline: no call per field, a
@@ -1364,10 +1370,9 @@ def _decode_records(
     :func:`_decode_record`, which accepts it or raises the precise error. The fast
     path accepts only what the general one accepts, with the same result.
     """
-    records: list[Record] = []
+    records: list[Any] = []
     append = records.append
     new_record = tuple.__new__
-    record_type = Record
     pos = 0
     end = len(data)
     no_headers: tuple[Header, ...] = ()
@@ -1458,22 +1463,76 @@ def _decode_records(
                 headers, pos = _decode_headers(data, pos, limit, index)
             if pos != limit:
                 raise _Unusual
-            append(new_record(record_type, (
-                base_offset + offset_delta,
-                log_append_time if log_append_time is not None
-                else base_timestamp + timestamp_delta,
-                key, value, headers)))
+            fields = (base_offset + offset_delta,
+                      log_append_time if log_append_time is not None
+                      else base_timestamp + timestamp_delta,
+                      key, value, headers)
+            append(new_record(record_type, fields + tail))  # cheaper than (*fields, *tail)
         except (_Unusual, IndexError):
             record, pos = _decode_record(
                 data, start, index, count, base_offset, base_timestamp, log_append_time)
-            append(record)
+            append(new_record(record_type, record + tail))
     _check_section_end(pos, end, count)
     return records
+
+
+_R = TypeVar("_R", bound=tuple[Any, ...])
+
+
+def decode_batch_records(
+    header: BatchHeader, record_type: type[_R], tail: tuple[Any, ...] = (), *,
+    max_decompressed_bytes: int = codecs.MAX_DECOMPRESSED_BYTES,
+) -> list[_R]:
+    """Check ``header``'s batch (CRC included) and decode its records as ``record_type``.
+
+    ``record_type`` is a NamedTuple whose first five fields are a :class:`Record`'s
+    (offset, timestamp, key, value, headers); ``tail`` holds the values of the rest,
+    the same for every record of the batch. Errors are :func:`decode_batches`'.
+    """
+    return _decode_section(header, max_decompressed_bytes, record_type, tail)[1]
 
 
 def _decode_one(
     header: BatchHeader, max_decompressed_bytes: int
 ) -> DecodedBatch:
+    (
+        base_offset, batch_length, epoch, magic, crc, attributes, last_offset_delta,
+        base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
+    ), records = _decode_section(header, max_decompressed_bytes, Record, ())
+    codec = _compression_of(attributes, header.position)
+    timestamp_type = (
+        TimestampType.LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK
+        else TimestampType.CREATE_TIME
+    )
+    return DecodedBatch(
+        position=header.position,
+        base_offset=base_offset,
+        batch_length=batch_length,
+        partition_leader_epoch=epoch,
+        magic=magic,
+        crc=crc,
+        attributes=attributes,
+        compression=codec,
+        timestamp_type=timestamp_type,
+        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
+        is_control=bool(attributes & CONTROL_FLAG_MASK),
+        has_delete_horizon=bool(attributes & DELETE_HORIZON_FLAG_MASK),
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        record_count=count,
+        records=tuple(records),
+    )
+
+
+def _decode_section(
+    header: BatchHeader, max_decompressed_bytes: int, record_type: type[Any],
+    tail: tuple[Any, ...],
+) -> tuple[tuple[Any, ...], list[Any]]:
+    """The batch's unpacked header fields and its records, built as ``record_type``."""
     header.validate()
     position = header.position
     (
@@ -1503,14 +1562,10 @@ def _decode_one(
             ) from exc
         where = f"decompressed {codec.name} records section"
         section_start = -1
-    timestamp_type = (
-        TimestampType.LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_MASK
-        else TimestampType.CREATE_TIME
-    )
-    log_append_time = max_timestamp if timestamp_type is TimestampType.LOG_APPEND_TIME else None
+    log_append_time = max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None
     try:
-        records = tuple(
-            _decode_records(data, count, base_offset, base_timestamp, log_append_time))
+        records = _decode_records(data, count, base_offset, base_timestamp, log_append_time,
+                                  record_type, tail)
     except _RecordsCorrupt as exc:
         if section_start >= 0:
             at = section_start + exc.offset
@@ -1524,28 +1579,9 @@ def _decode_one(
             f"(at byte {exc.offset} of the {where})",
             position=position,
         ) from None
-    return DecodedBatch(
-        position=position,
-        base_offset=base_offset,
-        batch_length=batch_length,
-        partition_leader_epoch=epoch,
-        magic=magic,
-        crc=crc,
-        attributes=attributes,
-        compression=codec,
-        timestamp_type=timestamp_type,
-        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
-        is_control=bool(attributes & CONTROL_FLAG_MASK),
-        has_delete_horizon=bool(attributes & DELETE_HORIZON_FLAG_MASK),
-        last_offset_delta=last_offset_delta,
-        base_timestamp=base_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        record_count=count,
-        records=records,
-    )
+    return (base_offset, batch_length, epoch, magic, crc, attributes, last_offset_delta,
+            base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+            count), records
 
 
 def decode_batches(
