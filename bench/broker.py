@@ -804,7 +804,8 @@ def report(ours: dict[str, Any], nats: dict[str, Any], anchor: dict[str, Any],
     print(f"broker vs NATS JetStream: {args.record_bytes} B records, RF/R3, "
           f"{args.partitions} partitions, acks=all, min.insync.replicas=2, "
           f"linger.ms={args.linger_ms}, batch.size={args.batch_size}; NATS window "
-          f"{args.nats_window}; load avg {load['before'][0]:.2f} -> {load['after'][0]:.2f}")
+          f"{args.nats_window}; clients' malloc tuned: {args.client_malloc_tuned}; "
+          f"load avg {load['before'][0]:.2f} -> {load['after'][0]:.2f}")
     print(f"{'metric':28} {'kraftlog':>12} {'NATS':>12} {'ratio':>7}  target")
     for name, a, b, ratio, target, ok in rows:
         verdict = "" if ok is None else ("PASS" if ok else "MISS")
@@ -821,7 +822,8 @@ def report(ours: dict[str, Any], nats: dict[str, Any], anchor: dict[str, Any],
     print(json.dumps({"bench": "broker", **{k: round(v, 3) for k, v in ratios.items()},
                       "pass": passed, "cpu_us_per_record": {
                           k: round(v, 1) for k, v in cpu_us.items()}, "kraftlog": ours, "nats": nats, "grpc": anchor,
-                      "record_bytes": args.record_bytes, "loadavg": load}))
+                      "record_bytes": args.record_bytes,
+                      "client_malloc_tuned": args.client_malloc_tuned, "loadavg": load}))
 
 
 def main() -> None:
@@ -861,6 +863,9 @@ def main() -> None:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     if args.latency_seconds <= WARMUP_S:
         parser.error(f"--latency-seconds must be more than the {WARMUP_S} s warm-up")
+    # Both systems' clients run in this process: malloc as a bulk client should set it
+    # (client.tune_malloc; the brokers set it themselves, NATS's Go servers need none).
+    args.client_malloc_tuned = client.tune_malloc()
     # A SIGTERM (a CI timeout, ^C from a wrapper) still runs the finally blocks.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load = {"before": list(os.getloadavg())}

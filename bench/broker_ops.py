@@ -130,8 +130,8 @@ def main() -> None:
     parser.add_argument("--tune-malloc", action="store_true", help="mallopt as a broker process does")
     args = parser.parse_args()
     if args.tune_malloc:
-        from kraftlog.broker import process
-        if not process.tune_malloc(process.DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES):
+        from kraftlog import malloc_tuning
+        if not malloc_tuning.tune():
             raise SystemExit("mallopt not applied (no glibc, or MALLOC_*_ / GLIBC_TUNABLES set)")
     with tempfile.TemporaryDirectory(prefix="broker-ops-") as root:
         samples = asyncio.run(measure(args.batches, pathlib.Path(root)))

@@ -1,4 +1,4 @@
-"""The broker process keeps record-sized buffers on the heap (glibc mallopt), unless told not to."""
+"""Brokers and busy clients keep record-sized buffers on the heap (glibc mallopt), unless told not to."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import platform
 
 import pytest
 
+from kraftlog import malloc_tuning
 from kraftlog.broker import process
 
 
@@ -24,16 +25,16 @@ def test_the_default_threshold_is_glibcs_largest_mmap_threshold() -> None:
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_glibc_takes_the_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     _clean_env(monkeypatch)
-    assert process.tune_malloc(process.DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES)
+    assert malloc_tuning.tune()
 
 
 @pytest.mark.parametrize("variable", ["MALLOC_ARENA_MAX_", "MALLOC_MMAP_THRESHOLD_", "GLIBC_TUNABLES"])
 def test_an_operators_malloc_settings_are_left_alone(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
     _clean_env(monkeypatch)
     monkeypatch.setenv(variable, "2")
-    assert not process.tune_malloc(process.DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES)
+    assert not malloc_tuning.tune()
 
 
 def test_zero_keeps_glibcs_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     _clean_env(monkeypatch)
-    assert not process.tune_malloc(0)
+    assert not malloc_tuning.tune(0)

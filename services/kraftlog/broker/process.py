@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import dataclasses
 import logging
 import os
@@ -68,7 +67,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server
+from kraftlog import errors, health_server, malloc_tuning
 from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
@@ -116,14 +115,7 @@ _B = kconfig.ConfigType.BOOLEAN
 _LONG = kconfig.ConfigType.LONG
 _FETCH = fetcher_driver.FetcherConfig()
 
-DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
-"""glibc's ``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit: every fetch / produce buffer up to it comes
-from the heap. With glibc's defaults each 0.25-1 MiB ``bytes`` of records (read from a log, copied
-into a protobuf, serialized, parsed) is a fresh mmap whose pages fault in one by one and are
-unmapped on free: measured ~0.8 ms of a 1 MiB consumer Fetch's ~1 ms, and ~17% of the brokers'
-CPU per produced record (bench/README.md)."""
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
+DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES = malloc_tuning.DEFAULT_MMAP_THRESHOLD_BYTES
 
 BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="node.id", type=_I, default=None, required=True,
@@ -964,27 +956,6 @@ async def _alter_partitions(client: controller_client.ControllerClient,
                     outcome.retry)
 
 
-def tune_malloc(mmap_threshold_bytes: int) -> bool:
-    """Keep record-sized buffers on the heap (see DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES); True if set.
-
-    A freed buffer's pages stay mapped (trim threshold 4x the mmap threshold) so the next one
-    reuses them: the process holds up to that much freed memory, as a JVM keeps its heap.
-    Nothing happens for 0, when the operator tuned malloc already (``MALLOC_*_`` or
-    ``GLIBC_TUNABLES`` in the environment), or without glibc's ``mallopt``.
-    """
-    if mmap_threshold_bytes <= 0 or "GLIBC_TUNABLES" in os.environ or any(
-            name.startswith("MALLOC_") and name.endswith("_") for name in os.environ):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    trim_bytes = min(4 * mmap_threshold_bytes, 2**31 - 1)
-    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold_bytes)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_bytes))
-
-
 def run_broker(args: argparse.Namespace) -> int:
     overrides = list(args.override or ())
     if getattr(args, "metrics_port", None) is not None:
@@ -1001,5 +972,5 @@ def run_broker(args: argparse.Namespace) -> int:
 
 def apply_malloc_config(cfg: kconfig.Config) -> None:
     threshold = cfg.get_int("kraftlog.malloc.mmap.threshold.bytes")
-    if tune_malloc(threshold):
+    if malloc_tuning.tune(threshold):
         logger.info("event=malloc_tuned mmap_threshold_bytes=%d", threshold)

@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from kraftlog import errors
+from kraftlog import errors, malloc_tuning
 from kraftlog.client import config as client_config
 from kraftlog.client import consumer as consumer_mod
 from kraftlog.client import errors as client_errors
@@ -208,6 +208,7 @@ def run_produce(args: argparse.Namespace) -> int:
     properties.update(_properties("--producer-property", args.producer_property))
     config = client_config.ProducerConfig.from_properties(properties)
     outcome = _Outcome()
+    malloc_tuning.tune()  # this process moves records in bulk
     producer = producer_mod.Producer(config)
     try:
         values = [args.value.encode("utf-8")] if args.value is not None else _lines(
@@ -320,6 +321,7 @@ def run_consume(args: argparse.Namespace) -> int:
     count = 0
     started = False
     try:
+        malloc_tuning.tune()  # this process moves records in bulk
         with consumer_mod.Consumer(config) as consumer:
             if partition is None:
                 partitions = consumer.assign_topic(topic)
