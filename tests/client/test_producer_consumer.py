@@ -263,24 +263,32 @@ def test_leader_hint_updates_the_cache_only_when_newer(fake_broker: Any) -> None
 
 def test_record_future_waits_resolves_and_runs_callbacks() -> None:
     cond = threading.Condition()
-    ok, bad = producer_mod.RecordFuture(cond), producer_mod.RecordFuture(cond)
-    assert not ok.done()
+    ok = [producer_mod.RecordFuture(cond, 123), producer_mod.RecordFuture(cond, 124)]
+    bad = producer_mod.RecordFuture(cond, 125)
+    assert not ok[1].done()
     with pytest.raises(client.ClientTimeoutError):
-        ok.result(timeout=0.01)
+        ok[1].result(timeout=0.01)
     calls: list[str] = []
-    ok.add_done_callback(lambda f: calls.append("before"))
-    meta = producer_mod.RecordMetadata("t", 0, 5, 123)
+    ok[1].add_done_callback(lambda f: calls.append("before"))
+    ack = producer_mod._Acknowledged("t", 0, 5, -1)
     error = client.KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS, "x")
-    threading.Timer(0.05, producer_mod._resolve, args=(cond, [(ok, meta, None),
-                                                          (bad, None, error)])).start()
-    assert ok.result(timeout=5) == meta and ok.exception() is None
+    threading.Timer(0.05, producer_mod._resolve, args=(cond, ok, ack, None)).start()
+    threading.Timer(0.05, producer_mod._resolve, args=(cond, [bad], None, error)).start()
+    # Record i of the batch: base offset + i, its own CreateTime.
+    assert ok[1].result(timeout=5) == producer_mod.RecordMetadata("t", 0, 6, 124)
+    assert ok[0].result() == producer_mod.RecordMetadata("t", 0, 5, 123)
+    assert ok[1].exception() is None
     assert bad.exception(timeout=5) is error
     with pytest.raises(client.KafkaApiError, match="NOT_ENOUGH_REPLICAS"):
         bad.result()
-    ok.add_done_callback(lambda f: calls.append("after"))
+    ok[1].add_done_callback(lambda f: calls.append("after"))
     assert calls == ["before", "after"]
-    producer_mod._resolve(cond, [(ok, None, error)])  # a done future stays as it was
-    assert ok.result() == meta
+    producer_mod._resolve(cond, ok, None, error)  # a done future stays as it was
+    assert ok[1].result() == producer_mod.RecordMetadata("t", 0, 6, 124)
+    # LogAppendTime replaces every record's time; acks=0 knows no offset.
+    later = [producer_mod.RecordFuture(cond, 1), producer_mod.RecordFuture(cond, 2)]
+    producer_mod._resolve(cond, later, producer_mod._Acknowledged("t", 1, -1, 777), None)
+    assert [f.result() for f in later] == [producer_mod.RecordMetadata("t", 1, -1, 777)] * 2
 
 
 def _headers_of(broker: Any, key: tuple[str, int]) -> list[tuple[int, int, int, int]]:

@@ -120,24 +120,40 @@ class _InFlight:
         self.waiting = waiting
 
 
+class _Acknowledged(NamedTuple):
+    """A batch's acknowledgement, shared by the futures of its records (each future makes its
+    RecordMetadata from it when asked, so resolving a batch builds nothing per record)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    """The batch's first offset, -1 when not known (acks=0)."""
+    log_append_time_ms: int
+    """The broker's LogAppendTime, -1 when the topic uses CreateTime."""
+
+
 class RecordFuture:
     """The outcome of one ``send``: a RecordMetadata, or the error that failed the record.
 
     The subset of :class:`concurrent.futures.Future` a producer needs (``result``,
     ``exception``, ``done``, ``add_done_callback``; no cancel, as in Kafka). It is
     light on purpose: one is made per record, so all the futures of a producer share
-    one condition variable, and a whole batch is resolved under one acquisition of
-    it (Kafka's per-batch ``ProduceRequestResult`` idea). Callbacks run on the
+    one condition variable, a whole batch is resolved under one acquisition of it,
+    and the RecordMetadata is made from the batch's acknowledgement only when asked
+    for (Kafka's per-batch ``ProduceRequestResult`` idea). Callbacks run on the
     thread that resolves the future (the gRPC callback thread) or at once when
     added to a done future; keep them short.
     """
 
-    __slots__ = ("_callbacks", "_cond", "_done", "_error", "_metadata")
+    __slots__ = ("_ack", "_callbacks", "_cond", "_done", "_error", "_index", "_timestamp_ms")
 
-    def __init__(self, cond: threading.Condition) -> None:
+    def __init__(self, cond: threading.Condition, timestamp_ms: int = -1) -> None:
         self._cond = cond
+        self._timestamp_ms = timestamp_ms
+        """The record's CreateTime (what RecordMetadata reports unless LogAppendTime)."""
         self._done = False
-        self._metadata: RecordMetadata | None = None
+        self._ack: _Acknowledged | None = None
+        self._index = 0
         self._error: BaseException | None = None
         self._callbacks: list[Callable[[RecordFuture], object]] | None = None
 
@@ -158,8 +174,12 @@ class RecordFuture:
         self._wait(timeout)
         if self._error is not None:
             raise self._error
-        assert self._metadata is not None
-        return self._metadata
+        ack = self._ack
+        assert ack is not None
+        return RecordMetadata(
+            ack.topic, ack.partition,
+            ack.base_offset + self._index if ack.base_offset >= 0 else -1,
+            ack.log_append_time_ms if ack.log_append_time_ms >= 0 else self._timestamp_ms)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The record's error, None when it was acknowledged."""
@@ -176,16 +196,17 @@ class RecordFuture:
         fn(self)
 
 
-def _resolve(cond: threading.Condition,
-             outcomes: Iterable[tuple[RecordFuture, RecordMetadata | None, BaseException | None]]
-             ) -> None:
-    """Complete many futures under one lock acquisition, then run their callbacks."""
+def _resolve(cond: threading.Condition, futures: Sequence[RecordFuture],
+             ack: _Acknowledged | None, error: BaseException | None) -> None:
+    """Complete one batch's futures (``futures[i]`` is its record i) under one lock
+    acquisition, then run their callbacks. A future already done stays as it was."""
     callbacks: list[tuple[Callable[[RecordFuture], object], RecordFuture]] = []
     with cond:
-        for future, metadata, error in outcomes:
+        for index, future in enumerate(futures):
             if future._done:
                 continue
-            future._metadata = metadata
+            future._ack = ack
+            future._index = index
             future._error = error
             future._done = True
             if future._callbacks:
@@ -297,16 +318,15 @@ class Producer:
             key = bytes(key)
         record_headers = _headers(headers) if headers else ()
         # tuple.__new__ skips the NamedTuple's Python-level __new__ (one record per call).
-        record: rb.RecordInput = _new_tuple(rb.RecordInput, (
-            key, value, record_headers,
-            time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms))
+        timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+        record: rb.RecordInput = _new_tuple(rb.RecordInput, (key, value, record_headers, timestamp))
         size = acc.estimate_size(record)
         if size + rb.HEADER_SIZE > self.config.max_request_size:
             raise client_errors.KafkaApiError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"the record is {size} bytes, more than max.request.size="
                 f"{self.config.max_request_size}")
-        future = RecordFuture(self._futures_cond)
+        future = RecordFuture(self._futures_cond, timestamp)
         with self._lock:
             while (self._accumulator.buffered_bytes + size > self.config.buffer_memory
                    and self._accumulator.buffered_bytes > 0):
@@ -721,18 +741,11 @@ class Producer:
     def _succeed(self, tp: TopicPartition, batches: Sequence[acc.ProducerBatch[RecordFuture]],
                  base_offset: int, log_append_time_ms: int) -> None:
         known = base_offset >= 0 and self.config.acks is not Acks.NONE
-        outcomes: list[tuple[RecordFuture, RecordMetadata | None, BaseException | None]] = []
         offset = base_offset
-        topic, partition = tp.topic, tp.partition
         for batch in batches:
-            for index, future in enumerate(batch.handles):
-                record = batch.records[index]
-                timestamp = (log_append_time_ms if log_append_time_ms >= 0
-                             else (record.timestamp_ms if record.timestamp_ms is not None else -1))
-                outcomes.append((future, RecordMetadata(
-                    topic, partition, offset + index if known else -1, timestamp), None))
+            _resolve(self._futures_cond, batch.handles, _Acknowledged(
+                tp.topic, tp.partition, offset if known else -1, log_append_time_ms), None)
             offset += len(batch.records)
-        _resolve(self._futures_cond, outcomes)
 
     def _release(self, batches: Sequence[acc.ProducerBatch[RecordFuture]]) -> None:
         with self._lock:
@@ -748,9 +761,7 @@ class Producer:
     def _fail(self, batches: Sequence[acc.ProducerBatch[RecordFuture]],
               error: Exception | Callable[[acc.ProducerBatch[RecordFuture]], Exception]
               ) -> None:
-        outcomes: list[tuple[RecordFuture, RecordMetadata | None, BaseException | None]] = []
         for batch in batches:
             exc = error(batch) if callable(error) and not isinstance(error, Exception) else error
             assert isinstance(exc, Exception)
-            outcomes.extend((future, None, exc) for future in batch.handles)
-        _resolve(self._futures_cond, outcomes)
+            _resolve(self._futures_cond, batch.handles, None, exc)
