@@ -260,7 +260,9 @@ class Producer:
         self._tps: dict[tuple[str, int], TopicPartition] = {}
         self._accumulator: acc.RecordAccumulator[RecordFuture] = acc.RecordAccumulator(
             batch_size=config.batch_size, linger_ms=config.linger_ms)
-        self._lock = threading.Condition()
+        self._mutex = threading.RLock()
+        """``_lock``'s lock: send() enters it directly (a Condition's __enter__ is a Python call)."""
+        self._lock = threading.Condition(self._mutex)
         self._futures_cond = threading.Condition()
         self._in_flight: dict[TopicPartition, deque[_InFlight]] = {}
         """Per partition, its requests in sending order from the oldest unanswered one
@@ -327,7 +329,7 @@ class Producer:
                 f"the record is {size} bytes, more than max.request.size="
                 f"{self.config.max_request_size}")
         future = RecordFuture(self._futures_cond, timestamp)
-        with self._lock:
+        with self._mutex:
             while (self._accumulator.buffered_bytes + size > self.config.buffer_memory
                    and self._accumulator.buffered_bytes > 0):
                 remaining = deadline - time.monotonic()
