@@ -10,9 +10,14 @@ and three etcd members, on loopback, same cores. Printed as ratios:
   K kills, with ``--partitions`` partitions created first (100,000 for the issue's case;
   the default is smaller to keep the run short); target <= etcd's median + 0.5 s.
 
+Also measured, same client and load: an *empty* ControllerService in a child process that
+answers every CreateTopics at once (no raft, no state, nothing but grpc.aio and protobuf):
+the most CreateTopics/s any Python gRPC controller could answer here, printed against etcd
+as the target's ceiling on this machine (``--no-floor`` skips it).
+
 The 100,000-partition snapshot load time is ``bench/metadata.py``.
 
-    .venv/bin/python bench/controller.py [--quick] [--partitions 100000]
+    .venv/bin/python bench/controller.py [--quick] [--partitions 100000] [--no-floor]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import tempfile
@@ -133,7 +139,16 @@ async def register_brokers(cluster: ControllerCluster, leader: int) -> None:
 
 async def create_topics_load(cluster: ControllerCluster, leader: int, in_flight: int,
                              seconds: float) -> dict[str, Any]:
-    stubs = [cluster.stub(leader, tag) for tag in range(4)]
+    pids = {i: proc.pid for i, proc in cluster.procs.items()}
+    return await run_create_topics(
+        [cluster.stub(leader, tag) for tag in range(4)], pids, leader, in_flight, seconds)
+
+
+async def run_create_topics(stubs: list[controller_pb2_grpc.ControllerServiceStub],
+                            pids: dict[int, int], active: int, in_flight: int,
+                            seconds: float) -> dict[str, Any]:
+    """``in_flight`` workers sending single-topic CreateTopics for ``seconds``; CPU per op
+    of this process, of ``pids[active]`` and of the other ``pids``."""
     done = errors = 0
     stop_at = time.perf_counter() + seconds
 
@@ -149,7 +164,6 @@ async def create_topics_load(cluster: ControllerCluster, leader: int, in_flight:
             else:
                 done += 1
 
-    pids = {i: proc.pid for i, proc in cluster.procs.items()}
     cpu_before = {i: _cpu_s(pid) for i, pid in pids.items()}
     client_before = time.process_time()
     started = time.perf_counter()
@@ -167,9 +181,9 @@ async def create_topics_load(cluster: ControllerCluster, leader: int, in_flight:
             # active controller, the two standbys. Wall-clock rates swing with whatever else
             # runs on the machine; these say where the time goes.
             "cpu_us_per_op": {"client": per_op_us(client_cpu_s),
-                              "active": per_op_us(cpu_s[leader]),
+                              "active": per_op_us(cpu_s[active]),
                               "standbys": [per_op_us(v) for i, v in sorted(cpu_s.items())
-                                           if i != leader]},
+                                           if i != active]},
             "load_avg": _load_avg()}
 
 
@@ -240,6 +254,55 @@ async def failover_once(cluster: ControllerCluster, n: int) -> float:
             raise SystemExit("no controller accepted a write within 60 s of the kill")
 
 
+class EmptyController(controller_pb2_grpc.ControllerServiceServicer):
+    """Answers every CreateTopics at once as created: the gRPC floor, nothing else."""
+
+    async def CreateTopics(self, request: controller_pb2.CreateTopicsRequest,
+                           context: Any) -> controller_pb2.CreateTopicsResponse:
+        answer = controller_pb2.CreateTopicsResponse()
+        for topic in request.topics:
+            answer.topics.add(name=topic.name, num_partitions=topic.num_partitions,
+                              replication_factor=topic.replication_factor)
+        return answer
+
+
+async def serve_empty(port: int) -> None:
+    server = grpc.aio.server(options=transport.server_options())
+    controller_pb2_grpc.add_ControllerServiceServicer_to_server(EmptyController(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
+
+
+async def measure_floor(seconds: float) -> dict[str, Any]:
+    """run_create_topics against an EmptyController in a child process."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-empty-controller", str(port)],
+                            start_new_session=True)
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}",
+                                          options=[("grpc.kraftlog_bench_tag", tag)])
+                for tag in range(4)]
+    try:
+        stubs = [controller_pb2_grpc.ControllerServiceStub(c) for c in channels]
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await stubs[0].CreateTopics(topic_request("probe"), timeout=1)
+                break
+            except grpc.aio.AioRpcError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit("the empty controller did not answer within 30 s") from None
+                await asyncio.sleep(0.1)
+        return await run_create_topics(stubs, {0: proc.pid}, 0, 256, seconds)
+    finally:
+        for channel in channels:
+            await channel.close()
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 async def measure_controller(args: argparse.Namespace) -> dict[str, Any]:
     settings: dict[str, Any] = {"controller.quorum.election.timeout.ms": 1000,
                                 "controller.quorum.fetch.timeout.ms": 1000,
@@ -276,19 +339,32 @@ def main() -> None:
     parser.add_argument("--failovers", type=int, default=5,
                         help="kills of the active controller (0: the throughput row only)")
     parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the empty-server (gRPC floor) row")
+    parser.add_argument("--serve-empty-controller", type=int, metavar="PORT",
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_empty_controller:
+        asyncio.run(serve_empty(args.serve_empty_controller))
+        return
     if args.quick:
         args.seconds, args.failovers, args.partitions = 5, 3, 2000
     ours = asyncio.run(measure_controller(args))
+    floor = None if args.no_floor else asyncio.run(measure_floor(args.seconds))
     anchor = asyncio.run(etcd.measure(seq_n=0, in_flight=256, load_seconds=args.seconds,
                                       size=100, failovers=args.failovers))
     throughput = ours["load"]["ops_per_s"] / anchor["load"]["ops_per_s"]
-    rows = [
+    rows: list[tuple[str, str, str, str, str, bool | None]] = [
         ("CreateTopics/s @256", f"{ours['load']['ops_per_s']:,.0f}",
          f"{anchor['load']['ops_per_s']:,.0f} puts/s", f"{throughput:.2f}x", ">= 1.0x",
          throughput >= 1.0),
     ]
     ratios: dict[str, float] = {"create_topics_vs_puts": round(throughput, 2)}
+    if floor is not None:
+        ceiling = floor["ops_per_s"] / anchor["load"]["ops_per_s"]
+        ratios["empty_server_vs_puts"] = round(ceiling, 2)
+        rows.append(("  empty gRPC server, same client (ceiling)",
+                     f"{floor['ops_per_s']:,.0f}", "", f"{ceiling:.2f}x", "(info)", None))
     if args.failovers:
         failover_gap_ms = ours["failover_median_ms"] - anchor["failover_median_ms"]
         ratios["failover_gap_ms"] = round(failover_gap_ms, 1)
@@ -297,11 +373,11 @@ def main() -> None:
                      f"{failover_gap_ms:+.0f} ms", "<= +500 ms", failover_gap_ms <= 500))
     print(f"{'metric':42} {'kraftlog':>10} {'etcd':>16} {'vs etcd':>10}  target")
     for name, mine, theirs, ratio, target, ok in rows:
-        print(f"{name:42} {mine:>10} {theirs:>16} {ratio:>10}  {target} "
-              f"{'PASS' if ok else 'MISS'}")
+        verdict = "" if ok is None else ("PASS" if ok else "MISS")
+        print(f"{name:42} {mine:>10} {theirs:>16} {ratio:>10}  {target} {verdict}".rstrip())
     print(json.dumps({"bench": "controller", "kraftlog": ours, "etcd": anchor,
-                      "ratios": ratios,
-                      "pass": all(r[-1] for r in rows)}))
+                      "empty_server": floor, "ratios": ratios,
+                      "pass": all(r[-1] for r in rows if r[-1] is not None)}))
 
 
 if __name__ == "__main__":
