@@ -40,6 +40,8 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.produce_errors: dict[tuple[str, int], list[ErrorCode]] = {}
         self.produce_requests: list[broker_pb2.ProduceRequest] = []
         self.fetch_requests: list[broker_pb2.FetchRequest] = []
+        self.empty_fetch_hold_ms = 50
+        """The longest an empty Fetch answer is held (up to the request's max_wait_ms)."""
         self.produce_metadata: list[dict[str, str]] = []
         self.metadata_requests = 0
         self.port = 0
@@ -243,7 +245,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                 answer.responses.append(broker_pb2.FetchResponse.FetchableTopicResponse(
                     topic=topic.topic, partitions=parts))
         if empty:
-            time.sleep(min(request.max_wait_ms, 50) / 1000)
+            time.sleep(min(request.max_wait_ms, self.empty_fetch_hold_ms) / 1000)
         return answer
 
     def ListOffsets(self, request: Any, context: Any) -> Any:

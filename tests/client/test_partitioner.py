@@ -68,3 +68,43 @@ def test_sticky_partitioner_moves_after_batch_size_bytes() -> None:
     assert seen == {0, 1, 2, 3}
     with pytest.raises(ValueError, match="batch_size"):
         partitioner.StickyPartitioner(random.Random(), batch_size=0)
+
+
+def test_adaptive_sticky_partitioner_favours_short_queues() -> None:
+    queued = {"t": [0, 10, 10, 10]}
+    asked: list[tuple[str, int]] = []
+
+    def queue_sizes(topic: str, count: int) -> list[int]:
+        asked.append((topic, count))
+        return queued[topic]
+
+    sticky = partitioner.StickyPartitioner(random.Random(3), batch_size=100,
+                                           queue_sizes=queue_sizes)
+    picks = []
+    for _ in range(400):
+        current = sticky.partition("t", 4)
+        sticky.on_append("t", 4, current, 100)  # batch.size reached: switch
+        picks.append(sticky.partition("t", 4))
+        assert picks[-1] != current
+    assert asked and set(asked) == {("t", 4)}  # asked only when switching
+    assert len(asked) == 400
+    # Weights max + 1 - queued among the other partitions: from 1, 2 or 3 partition 0 has
+    # 11 of 13; from 0 the others are equal (uniform).
+    from_loaded = [p for prev, p in zip(picks, picks[1:], strict=False) if prev != 0]
+    assert from_loaded.count(0) / len(from_loaded) > 0.75
+    # Equal queues: uniform, every partition reached.
+    queued["t"] = [5, 5, 5, 5]
+    seen = set()
+    for _ in range(60):
+        current = sticky.partition("t", 4)
+        sticky.on_append("t", 4, current, 100)
+        seen.add(sticky.partition("t", 4))
+    assert seen == {0, 1, 2, 3}
+
+
+def test_producer_config_names_the_adaptive_switch() -> None:
+    from kraftlog import client
+    config = client.ProducerConfig.from_properties({
+        "bootstrap.servers": "127.0.0.1:1", "partitioner.adaptive.partitioning.enable": "false"})
+    assert config.partitioner_adaptive_partitioning_enable is False
+    assert client.ProducerConfig(bootstrap_servers=("h:1",)).partitioner_adaptive_partitioning_enable

@@ -219,6 +219,29 @@ def test_the_next_fetch_is_in_flight_while_one_answer_is_buffered(fake_broker: A
         assert {(r.topic, r.partition) for r in records} == {("t", 0)}
 
 
+def test_a_caught_up_partition_does_not_hold_up_the_others_on_its_broker(
+        fake_broker: Any) -> None:
+    with producer_for(fake_broker) as producer:
+        for _batch in range(4):
+            for i in range(20):
+                producer.send("t", f"m{i}".encode(), partition=0)
+            producer.flush()
+    # Partition 1 stays empty: once it is read to its high watermark the broker holds its
+    # Fetch for the whole fetch.max.wait.ms (5 s here). Partition 0's batches keep coming.
+    fake_broker.empty_fetch_hold_ms = 5000
+    with consumer_for(fake_broker, auto_offset_reset="earliest", max_poll_records=5,
+                      max_partition_fetch_bytes=1, fetch_max_wait_ms=5000) as consumer:
+        consumer.assign([T0, T1])
+        started = time.monotonic()
+        records: list[client.ConsumerRecord] = []
+        while len(records) < 80 and time.monotonic() - started < 10:
+            records += consumer.poll(max_records=5, timeout_ms=1000)
+            time.sleep(0.02)  # the application's work: answers arrive while records wait
+        took = time.monotonic() - started
+    assert [r.offset for r in records] == list(range(80))
+    assert took < 3.5, f"partition 0 waited behind partition 1's long-poll: {took:.1f} s"
+
+
 def test_unknown_topic_for_the_consumer(fake_broker: Any) -> None:
     with consumer_for(fake_broker, default_api_timeout_ms=1000) as consumer, pytest.raises(
             client.UnknownTopicError, match="UNKNOWN_TOPIC_OR_PARTITION"):
@@ -344,3 +367,13 @@ def test_a_broker_without_init_producer_id_gets_plain_batches(fake_broker: Any) 
     with producer_for(fake_broker) as producer:
         assert producer.send("t", b"x", partition=0).result(timeout=5).offset == 0
     assert _headers_of(fake_broker, ("t", 0)) == [(-1, -1, -1, 1)]
+
+
+def test_the_adaptive_partitioner_reads_the_producers_queues(fake_broker: Any) -> None:
+    with producer_for(fake_broker, linger_ms=60_000, delivery_timeout_ms=120_000) as producer:
+        producer.send("t", b"x", partition=0)
+        # Partition 0 holds a lingering batch, partition 1 nothing (nor is known yet).
+        assert producer._queue_sizes("t", 2) == [1, 0]
+        assert producer._queue_sizes("t", 3) == [1, 0, 0]
+        producer.flush(10_000)
+        assert producer._queue_sizes("t", 2) == [0, 0]

@@ -182,6 +182,11 @@ class RecordAccumulator(Generic[H]):
                 index += 1
             queue.insert(index, batch)
 
+    def queued(self, tp: TopicPartition) -> int:
+        """Batches of ``tp`` waiting to be sent (drained ones, in flight, do not count)."""
+        queue = self._queues.get(tp)
+        return len(queue) if queue else 0
+
     def first(self, tp: TopicPartition) -> ProducerBatch[H] | None:
         """The batch ``tp`` sends next, None when its queue is empty."""
         queue = self._queues.get(tp)

@@ -126,6 +126,10 @@ class ProducerConfig:
     """``enable.idempotence`` (KIP-98): a producer id from InitProducerId and a sequence
     number per batch and partition, so a retry after a lost answer is not written twice.
     Used with acks=all only (as Kafka's default: other acks turn it off)."""
+    partitioner_adaptive_partitioning_enable: bool = True
+    """``partitioner.adaptive.partitioning.enable`` (KIP-794): null-key records move to the
+    next sticky partition with a probability that falls with the batches already queued
+    for it, instead of uniformly."""
     max_in_flight_requests_per_connection: int = 5
     """``max.in.flight.requests.per.connection``: Produce requests a partition may have
     unanswered at once (each carries at most one batch of it when idempotent), counted

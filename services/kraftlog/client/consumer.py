@@ -153,7 +153,10 @@ class Consumer:
         """Per partition: how many records the last Fetch answer buffered (the prefetch bound)."""
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._backoff_until: dict[TopicPartition, float] = {}
-        self._in_flight: dict[str, tuple[grpc.Future, dict[TopicPartition, int]]] = {}
+        self._in_flight: dict[tuple[str, bool], tuple[grpc.Future, dict[TopicPartition, int]]] = {}
+        """Fetches in flight by (broker address, whether for caught-up partitions): at most
+        one per broker for partitions with data to read and one for partitions already at
+        their high watermark (a long-poll the broker holds up to fetch.max.wait.ms)."""
         self._wakeup = threading.Condition()
         self._closed = False
         self._coordinator: str | None = None
@@ -698,7 +701,7 @@ class Consumer:
             except client_errors.ClientTimeoutError:
                 for tp in unresolved:
                     self._backoff_until[tp] = _now() + self.config.retry_backoff_ms / 1000
-        by_leader: dict[str, list[tuple[TopicPartition, int]]] = {}
+        by_leader: dict[tuple[str, bool], list[tuple[TopicPartition, int]]] = {}
         for tp in fetchable:
             if tp not in self._fetch_next:
                 continue
@@ -707,14 +710,20 @@ class Consumer:
                 self.metadata.request_update()
                 self._backoff_until[tp] = _now() + self.config.retry_backoff_ms / 1000
                 continue
-            if leader.address not in self._in_flight:
-                by_leader.setdefault(leader.address, []).append((tp, leader.leader_epoch))
-        for address, tps in by_leader.items():
-            self._send_fetch(address, tps, self.config.fetch_max_wait_ms)
+            # A partition read up to its last known high watermark goes in a Fetch of its
+            # own: the broker holds that one until new data comes, and it must not keep
+            # the partitions behind it on the same broker waiting.
+            hw = self._high_watermarks.get(tp)
+            slot = (leader.address, hw is not None and self._fetch_next[tp] >= hw)
+            if slot not in self._in_flight:
+                by_leader.setdefault(slot, []).append((tp, leader.leader_epoch))
+        for slot, tps in by_leader.items():
+            self._send_fetch(slot, tps, self.config.fetch_max_wait_ms)
 
-    def _send_fetch(self, address: str, tps: Sequence[tuple[TopicPartition, int]],
+    def _send_fetch(self, slot: tuple[str, bool], tps: Sequence[tuple[TopicPartition, int]],
                     max_wait_ms: int) -> None:
-        """One Fetch to ``address`` for ``tps`` (partition, leader epoch from metadata).
+        """One Fetch to ``slot``'s broker address for ``tps`` (partition, leader epoch from
+        metadata).
 
         The epoch lets the broker fence a client with stale metadata
         (FENCED_LEADER_EPOCH) or one ahead of it (UNKNOWN_LEADER_EPOCH), KIP-320.
@@ -731,9 +740,9 @@ class Consumer:
             min_bytes=self.config.fetch_min_bytes, max_bytes=self.config.fetch_max_bytes,
             topics=[broker_pb2.FetchRequest.FetchTopic(topic=name, partitions=parts)
                     for name, parts in topics.items()])
-        future = self._channels.stub(address).Fetch.future(
+        future = self._channels.stub(slot[0]).Fetch.future(
             request, timeout=max_wait_ms / 1000 + self.config.request_timeout_ms / 1000)
-        self._in_flight[address] = (future, offsets)
+        self._in_flight[slot] = (future, offsets)
 
         def wake(_done: grpc.Future) -> None:
             with self._wakeup:
@@ -752,9 +761,9 @@ class Consumer:
         self._handle_completed()
 
     def _handle_completed(self) -> None:
-        for address in [a for a, (f, _p) in self._in_flight.items() if f.done()]:
-            future, offsets = self._in_flight.pop(address)
-            self._handle_fetch(address, future, offsets)
+        for slot in [a for a, (f, _p) in self._in_flight.items() if f.done()]:
+            future, offsets = self._in_flight.pop(slot)
+            self._handle_fetch(slot[0], future, offsets)
 
     def _handle_fetch(self, address: str, future: grpc.Future,
                       offsets: Mapping[TopicPartition, int]) -> None:

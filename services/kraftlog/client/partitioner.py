@@ -14,6 +14,7 @@ Called by :mod:`kraftlog.client.producer`. Pure: randomness is an injected
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -58,6 +59,10 @@ def partition_for_key(key: bytes, num_partitions: int) -> int:
     return to_positive(murmur2(key)) % num_partitions
 
 
+QueueSizes = Callable[[str, int], Sequence[int]]
+"""``(topic, partition count) -> batches queued (not yet sent) per partition``."""
+
+
 class StickyPartitioner:
     """Null-key records: one partition per topic until ``batch.size`` bytes went to it.
 
@@ -66,13 +71,21 @@ class StickyPartitioner:
     form full batches, and after ``batch_size`` bytes the next partition is picked
     at random among the others. ``partition(topic, n)`` gives the current one; the
     producer reports each append with :meth:`on_append`.
+
+    Adaptive partitioning (KIP-794's ``partitioner.adaptive.partitioning.enable``): with
+    ``queue_sizes``, the next partition is drawn with weight ``max + 1 - queued`` (batches
+    waiting in the producer per partition), as Kafka's ``BuiltInPartitioner`` does, so
+    partitions whose leaders keep up get more of the records and a backlog does not pile
+    up on one partition while the others idle. Equal queues: uniform.
     """
 
-    def __init__(self, rng: random.Random, *, batch_size: int) -> None:
+    def __init__(self, rng: random.Random, *, batch_size: int,
+                 queue_sizes: QueueSizes | None = None) -> None:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self._rng = rng
         self._batch_size = batch_size
+        self._queue_sizes = queue_sizes
         self._current: dict[str, int] = {}
         self._produced: dict[str, int] = {}
 
@@ -96,5 +109,16 @@ class StickyPartitioner:
         if num_partitions <= 1:
             self._current[topic] = 0
             return
-        choice = self._rng.randrange(num_partitions - 1)
-        self._current[topic] = choice if choice < partition else choice + 1
+        self._current[topic] = self._next(topic, num_partitions, partition)
+
+    def _next(self, topic: str, num_partitions: int, current: int) -> int:
+        """A partition other than ``current``: weighted by queue sizes when known and
+        unequal, else uniform."""
+        others = [p for p in range(num_partitions) if p != current]
+        sizes = self._queue_sizes(topic, num_partitions) if self._queue_sizes else None
+        if sizes is not None and len(sizes) == num_partitions:
+            queued = [sizes[p] for p in others]
+            if min(queued) != max(queued):
+                top = max(queued) + 1
+                return self._rng.choices(others, weights=[top - q for q in queued])[0]
+        return others[self._rng.randrange(len(others))]

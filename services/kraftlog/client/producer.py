@@ -255,8 +255,10 @@ class Producer:
         self.metadata = md.MetadataCache(config.bootstrap_servers, self._channels,
                                          retry_backoff_ms=config.retry_backoff_ms,
                                          metadata_max_age_ms=config.metadata_max_age_ms)
-        self._sticky = partitioner.StickyPartitioner(rng or random.Random(),
-                                                     batch_size=config.batch_size)
+        self._sticky = partitioner.StickyPartitioner(
+            rng or random.Random(), batch_size=config.batch_size,
+            queue_sizes=(self._queue_sizes if config.partitioner_adaptive_partitioning_enable
+                         else None))
         self._tps: dict[tuple[str, int], TopicPartition] = {}
         self._accumulator: acc.RecordAccumulator[RecordFuture] = acc.RecordAccumulator(
             batch_size=config.batch_size, linger_ms=config.linger_ms)
@@ -352,6 +354,13 @@ class Producer:
             if result.new_batch or result.batch_full:
                 self._lock.notify_all()
         return future
+
+    def _queue_sizes(self, topic: str, num_partitions: int) -> list[int]:
+        """Batches queued per partition of ``topic`` (the adaptive partitioner's load; called
+        from send() under ``_lock``)."""
+        tps = self._tps
+        return [self._accumulator.queued(tp) if (tp := tps.get((topic, p))) is not None else 0
+                for p in range(num_partitions)]
 
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send everything queued and wait for every answer (ClientTimeoutError on timeout)."""
