@@ -701,7 +701,7 @@ class Consumer:
             except client_errors.ClientTimeoutError:
                 for tp in unresolved:
                     self._backoff_until[tp] = _now() + self.config.retry_backoff_ms / 1000
-        by_leader: dict[tuple[str, bool], list[tuple[TopicPartition, int]]] = {}
+        by_slot: dict[tuple[str, bool], list[tuple[TopicPartition, int]]] = {}
         for tp in fetchable:
             if tp not in self._fetch_next:
                 continue
@@ -716,8 +716,8 @@ class Consumer:
             hw = self._high_watermarks.get(tp)
             slot = (leader.address, hw is not None and self._fetch_next[tp] >= hw)
             if slot not in self._in_flight:
-                by_leader.setdefault(slot, []).append((tp, leader.leader_epoch))
-        for slot, tps in by_leader.items():
+                by_slot.setdefault(slot, []).append((tp, leader.leader_epoch))
+        for slot, tps in by_slot.items():
             self._send_fetch(slot, tps, self.config.fetch_max_wait_ms)
 
     def _send_fetch(self, slot: tuple[str, bool], tps: Sequence[tuple[TopicPartition, int]],
