@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import random
 import socket
 import subprocess
 import sys
@@ -49,15 +50,32 @@ def kraftlog(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[s
                           text=True, timeout=timeout_s, check=False)
 
 
+# Listeners get ports below the kernel's ephemeral range (32768-60999 here), so no outgoing
+# connection of an already running process can take a port between the check and the child's
+# bind; and a port is handed out at most once per test session.
+_LISTEN_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
 def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """``count`` distinct loopback ports, free now and never handed out before in this run."""
+    chosen: list[int] = []
+    for _ in range(100 * count):
+        if len(chosen) == count:
+            break
+        port = random.choice(_LISTEN_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        chosen.append(port)
+    if len(chosen) < count:
+        raise AssertionError(f"found only {len(chosen)} of {count} free ports")
+    return chosen
 
 
 class Cluster:

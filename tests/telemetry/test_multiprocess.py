@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import grpc
 import pytest
 from otlp_receiver import OtlpReceiver, ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
+from quorum_cluster import free_ports
 
 from kraftlog.raft import transport
 from kraftlog.v1 import raft_pb2
@@ -40,17 +40,6 @@ TIMEOUTS = {
     "controller.quorum.retry.backoff.ms": 50,
     "controller.quorum.fetch.max.wait.ms": 200,
 }
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def wait_for(probe: Callable[[], T | None], *, timeout_s: float, what: str,
