@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +15,7 @@ from kraftlog import errors
 from kraftlog.admin import server_commands as admin_commands
 from kraftlog.broker import process as broker_process
 from kraftlog.dev import layout as lay
+from kraftlog.dev import process as dev_process
 from kraftlog.raft import commands as raft_commands
 
 
@@ -88,3 +93,30 @@ def test_flags_that_contradict_the_stored_shape(tmp_path: pathlib.Path) -> None:
     lay.check_same_shape(stored, controllers=3, brokers=None, base_port=None)
     with pytest.raises(errors.ConfigError, match=r"created with --brokers 3.*--delete-data"):
         lay.check_same_shape(stored, controllers=None, brokers=4, base_port=None)
+
+
+def test_a_node_between_fork_and_exec_counts_as_running(tmp_path: pathlib.Path) -> None:
+    """``dev up`` checks its nodes right after starting them; a child that has not exec'd
+    yet still carries the parent's command line and must not look dead."""
+    layout = make(tmp_path)
+    admin = layout.find("admin")
+    layout.pid_path(admin).parent.mkdir(parents=True, exist_ok=True)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only waits to be killed
+        signal.pause()
+        os._exit(0)
+    try:
+        layout.pid_path(admin).write_text(f"{child}\n")
+        assert dev_process.running_pid(layout, admin) == child
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert dev_process.running_pid(layout, admin) is None  # gone: dead, not running
+    # A live process that is something else (a reused pid) is not the node.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        layout.pid_path(admin).write_text(f"{other.pid}\n")
+        assert dev_process.running_pid(layout, admin) is None
+    finally:
+        other.kill()
+        other.wait()

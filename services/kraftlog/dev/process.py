@@ -90,7 +90,15 @@ def running_pid(layout: lay.Layout, node: lay.Node) -> int | None:
         return None
     except OSError:
         return pid  # no /proc (not Linux): trust the live pid
-    return pid if str(layout.config_path(node)).encode() in cmdline else None
+    if str(layout.config_path(node)).encode() in cmdline:
+        return pid
+    # Between fork and exec our own child still shows our command line: under load that
+    # window is long enough for wait_ready to look (it once called a starting admin
+    # service dead, and `dev up` then stopped the cluster).
+    with contextlib.suppress(OSError):
+        if cmdline == pathlib.Path("/proc/self/cmdline").read_bytes():
+            return pid
+    return None
 
 
 def _alive(pid: int) -> bool:
