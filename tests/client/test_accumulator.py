@@ -1,6 +1,13 @@
-"""Batching by batch.size and linger.ms, draining per partition, retries keep order."""
+"""Batching by batch.size and linger.ms, draining per partition, retries keep order.
+
+Records are told apart by their timestamps (``put(..., i)`` appends a record stamped
+``i``; :func:`ids` reads a batch's stamps back from its encoded bytes)."""
 
 from __future__ import annotations
+
+import itertools
+
+import pytest
 
 from kraftlog.client import accumulator as acc
 from kraftlog.storage import record_batch as rb
@@ -10,13 +17,25 @@ T0 = TopicPartition(topic="t", partition=0)
 T1 = TopicPartition(topic="t", partition=1)
 
 
-def record(size: int) -> rb.RecordInput:
-    return rb.RecordInput(value=b"x" * size, timestamp_ms=0)
+def accumulator(*, batch_size: int, linger_ms: int) -> acc.RecordAccumulator[int]:
+    results = itertools.count()
+    return acc.RecordAccumulator(batch_size=batch_size, linger_ms=linger_ms,
+                                 new_result=lambda: next(results))
+
+
+def put(a: acc.RecordAccumulator[int], tp: TopicPartition, size: int, stamp: int, *,
+        now_ms: int = 0) -> acc.ProducerBatch[int]:
+    return a.append(tp, None, b"x" * size, (), stamp, now_ms=now_ms)
+
+
+def ids(batch: acc.ProducerBatch[int]) -> list[int]:
+    [decoded] = rb.decode_batches(batch.builder.build())
+    return [r.timestamp_ms for r in decoded.records]
 
 
 def test_linger_then_ready() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=1000, linger_ms=5)
-    a.append(T0, record(10), 1, now_ms=100)
+    a = accumulator(batch_size=1000, linger_ms=5)
+    put(a, T0, 10, 1, now_ms=100)
     assert a.ready(100, flushing=False) == ([], 105)
     assert a.ready(104, flushing=False) == ([], 105)
     assert a.ready(105, flushing=False) == ([T0], None)
@@ -24,15 +43,16 @@ def test_linger_then_ready() -> None:
 
 
 def test_batch_size_closes_a_batch_and_starts_another() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=250, linger_ms=1000)
-    results = [a.append(T0, record(50), i, now_ms=0) for i in range(4)]
+    a = accumulator(batch_size=250, linger_ms=1000)
+    batches = [put(a, T0, 50, i) for i in range(4)]
     # 61 header + 2 x 71 = 203; a third record would pass 250, so it starts a new batch
     # and the first one is closed: ready at once, before linger.ms.
-    assert [r.new_batch for r in results] == [True, False, True, False]
-    assert [r.batch_full for r in results] == [False, False, True, False]
+    assert [b.result for b in batches] == [0, 0, 1, 1]
+    assert [b.builder.count for b in batches] == [2, 2, 2, 2]
+    assert batches[0].closed and not batches[2].closed
     assert a.ready(0, flushing=False) == ([T0], None)
     drained = a.drain(T0, max_bytes=10_000)
-    assert [b.handles for b in drained] == [[0, 1], [2, 3]]
+    assert [ids(b) for b in drained] == [[0, 1], [2, 3]]
     assert a.pending_records == 4
     for batch in drained:
         a.complete(batch)
@@ -40,58 +60,84 @@ def test_batch_size_closes_a_batch_and_starts_another() -> None:
 
 
 def test_a_record_larger_than_batch_size_gets_its_own_batch() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=100, linger_ms=0)
-    a.append(T0, record(10), 0, now_ms=0)
-    big = a.append(T0, record(500), 1, now_ms=0)
-    assert big.new_batch and big.batch_full
-    assert [b.handles for b in a.drain(T0, max_bytes=100)] == [[0]]
-    assert [b.handles for b in a.drain(T0, max_bytes=100)] == [[1]]
+    a = accumulator(batch_size=100, linger_ms=0)
+    small = put(a, T0, 10, 0)
+    big = put(a, T0, 500, 1)
+    assert big is not small and big.closed and small.closed
+    assert [ids(b) for b in a.drain(T0, max_bytes=100)] == [[0]]
+    assert [ids(b) for b in a.drain(T0, max_bytes=100)] == [[1]]
+
+
+def test_records_are_encoded_as_appended() -> None:
+    """What a batch's builder holds is the record batch of what was appended, in order."""
+    a = accumulator(batch_size=1 << 20, linger_ms=0)
+    header = rb.Header(key="h", value=b"1")
+    records = [rb.RecordInput(key=b"k", value=b"v1", timestamp_ms=10),
+               rb.RecordInput(key=None, value=None, headers=(header,), timestamp_ms=7),
+               rb.RecordInput(key=b"k" * 20000, value=b"v3", timestamp_ms=12)]
+    for r in records:
+        batch = a.append(T0, r.key, r.value, r.headers, r.timestamp_ms or 0, now_ms=0)
+    assert batch.builder.build(producer_id=3, producer_epoch=1, base_sequence=9) == (
+        rb.build_batch(records, producer_id=3, producer_epoch=1, base_sequence=9))
+    assert batch.size_bytes == rb.HEADER_SIZE + sum(acc.estimate_size(r) for r in records)
+
+
+def test_a_refused_record_leaves_nothing_behind() -> None:
+    a = accumulator(batch_size=1000, linger_ms=0)
+    with pytest.raises(ValueError, match="must be a Header"):
+        a.append(T0, None, b"v", ("not a header",), 0, now_ms=0, size=30)  # type: ignore[arg-type]
+    assert not a.has_queued() and a.pending_records == 0 and a.buffered_bytes == 0
+    put(a, T0, 1, 5)
+    with pytest.raises(ValueError):
+        a.append(T0, None, b"v", ("not a header",), 0, now_ms=0, size=30)  # type: ignore[arg-type]
+    [batch] = a.drain(T0, max_bytes=1000)
+    assert ids(batch) == [5] and a.pending_records == 1
 
 
 def test_drain_respects_max_bytes_and_muted_partitions() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=100, linger_ms=0)
+    a = accumulator(batch_size=100, linger_ms=0)
     for i in range(6):
-        a.append(T0, record(40), i, now_ms=0)
-    a.append(T1, record(40), 99, now_ms=0)
+        put(a, T0, 40, i)
+    put(a, T1, 40, 99)
     ready, _ = a.ready(0, flushing=False, muted=[T1])
     assert ready == [T0]
     first = a.drain(T0, max_bytes=250)
     assert sum(b.size_bytes for b in first) <= 250 and len(first) == 2
-    assert a.drain(T0, max_bytes=1)[0].handles == [2]  # always at least one batch
+    assert ids(a.drain(T0, max_bytes=1)[0]) == [2]  # always at least one batch
 
 
 def test_retry_goes_back_to_the_front_alone_after_backoff() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=100, linger_ms=0)
+    a = accumulator(batch_size=100, linger_ms=0)
     for i in range(4):
-        a.append(T0, record(40), i, now_ms=0)
+        put(a, T0, 40, i)
     [sent] = a.drain(T0, max_bytes=100)
     sent.attempts = 1
-    a.append(T0, record(40), 4, now_ms=1)
+    put(a, T0, 40, 4, now_ms=1)
     a.reenqueue([sent], retry_at_ms=50)
     assert a.ready(10, flushing=True) == ([], 50)
     assert a.ready(50, flushing=False)[0] == [T0]
     again = a.drain(T0, max_bytes=10_000)
-    assert [b.handles for b in again] == [sent.handles]  # a retry is never merged
+    assert again == [sent] and ids(sent) == [0]  # a retry is never merged
     rest = a.drain(T0, max_bytes=10_000)
-    assert [h for b in rest for h in b.handles] == [1, 2, 3, 4]
+    assert [i for b in rest for i in ids(b)] == [1, 2, 3, 4]
 
 
 def test_records_never_join_a_batch_that_was_sent() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=1000, linger_ms=0)
-    a.append(T0, record(1), 0, now_ms=0)
+    a = accumulator(batch_size=1000, linger_ms=0)
+    put(a, T0, 1, 0)
     [sent] = a.drain(T0, max_bytes=1000)
     sent.attempts = 1
     a.reenqueue([sent], retry_at_ms=0)
-    assert a.append(T0, record(1), 1, now_ms=0).new_batch
+    assert put(a, T0, 1, 1) is not sent and sent.builder.count == 1
 
 
 def test_expired_and_abort() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=100, linger_ms=0)
-    a.append(T0, record(1), 0, now_ms=0)
-    a.append(T1, record(1), 1, now_ms=50)
-    assert [b.handles for b in a.expired(100, delivery_timeout_ms=100)] == [[0]]
+    a = accumulator(batch_size=100, linger_ms=0)
+    put(a, T0, 1, 0)
+    put(a, T1, 1, 1, now_ms=50)
+    assert [ids(b) for b in a.expired(100, delivery_timeout_ms=100)] == [[0]]
     assert a.has_queued()
-    assert [b.handles for b in a.abort_all()] == [[1]]
+    assert [ids(b) for b in a.abort_all()] == [[1]]
     assert not a.has_queued()
 
 
@@ -100,4 +146,3 @@ def test_estimate_counts_key_value_and_headers() -> None:
     assert acc.estimate_size(r) == acc.RECORD_OVERHEAD_BYTES + 2 + 3 + 1 + 10 + 2
     encoded = rb.build_batch([r])
     assert len(encoded) - rb.HEADER_SIZE <= acc.estimate_size(r)
-

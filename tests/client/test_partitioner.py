@@ -71,6 +71,20 @@ def test_sticky_partitioner_moves_after_batch_size_bytes() -> None:
         partitioner.StickyPartitioner(random.Random(), batch_size=0)
 
 
+@given(sizes=st.lists(st.integers(min_value=1, max_value=150), max_size=60),
+       count=st.integers(min_value=1, max_value=5), seed=st.integers(0, 1000))
+def test_take_is_partition_then_on_append(sizes: list[int], count: int, seed: int) -> None:
+    one_call = partitioner.StickyPartitioner(random.Random(seed), batch_size=100,
+                                             queue_sizes=lambda t, n: list(range(n)))
+    two_calls = partitioner.StickyPartitioner(random.Random(seed), batch_size=100,
+                                              queue_sizes=lambda t, n: list(range(n)))
+    for size in sizes:
+        expected = two_calls.partition("t", count)
+        two_calls.on_append("t", count, expected, size)
+        assert one_call.take("t", count, size) == expected
+    assert one_call.partition("t", count) == two_calls.partition("t", count)
+
+
 def test_adaptive_sticky_partitioner_favours_short_queues() -> None:
     queued = {"t": [0, 10, 10, 10]}
     asked: list[tuple[str, int]] = []

@@ -120,6 +120,16 @@ def test_send_checks_before_queueing(fake_broker: Any) -> None:
             producer.send("t", b"x" * 2000)
         with pytest.raises(ValueError, match="value must be bytes"):
             producer.send("t", "text")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="key must be bytes"):
+            producer.send("t", b"x", key=7)  # type: ignore[arg-type]
+        for stamp in (-1, 1 << 63, 1.5, "now"):
+            with pytest.raises(ValueError, match="timestamp_ms must be a non-negative int64"):
+                producer.send("t", b"x", timestamp_ms=stamp)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="header"):
+            producer.send("t", b"x", headers=[(1, b"v")])  # type: ignore[list-item]
+        # Nothing of the refused sends was queued; bytes-like values are copied.
+        assert producer.send("t", bytearray(b"ok"), key=memoryview(b"k"),
+                             partition=0).result(timeout=5).offset >= 0
     with pytest.raises(client.ClientClosedError):
         producer.send("t", b"x")
 
@@ -286,17 +296,20 @@ def test_leader_hint_updates_the_cache_only_when_newer(fake_broker: Any) -> None
 
 def test_record_future_waits_resolves_and_runs_callbacks() -> None:
     cond = threading.Condition()
-    ok = [producer_mod.RecordFuture(cond, 123), producer_mod.RecordFuture(cond, 124)]
-    bad = producer_mod.RecordFuture(cond, 125)
+    batch = producer_mod._BatchResult(cond)
+    ok = [producer_mod.RecordFuture(batch, 0, 123), producer_mod.RecordFuture(batch, 1, 124)]
+    failed = producer_mod._BatchResult(cond)
+    bad = producer_mod.RecordFuture(failed, 0, 125)
     assert not ok[1].done()
     with pytest.raises(client.ClientTimeoutError):
         ok[1].result(timeout=0.01)
     calls: list[str] = []
-    ok[1].add_done_callback(lambda f: calls.append("before"))
+    ok[1].add_done_callback(lambda f: calls.append(f"before {f.result().offset}"))
+    ok[0].add_done_callback(lambda f: calls.append(f"before {f.result().offset}"))
     ack = producer_mod._Acknowledged("t", 0, 5, -1)
     error = client.KafkaApiError(ErrorCode.NOT_ENOUGH_REPLICAS, "x")
-    threading.Timer(0.05, producer_mod._resolve, args=(cond, ok, ack, None)).start()
-    threading.Timer(0.05, producer_mod._resolve, args=(cond, [bad], None, error)).start()
+    threading.Timer(0.05, producer_mod._resolve, args=(batch, ack, None)).start()
+    threading.Timer(0.05, producer_mod._resolve, args=(failed, None, error)).start()
     # Record i of the batch: base offset + i, its own CreateTime.
     assert ok[1].result(timeout=5) == producer_mod.RecordMetadata("t", 0, 6, 124)
     assert ok[0].result() == producer_mod.RecordMetadata("t", 0, 5, 123)
@@ -305,12 +318,14 @@ def test_record_future_waits_resolves_and_runs_callbacks() -> None:
     with pytest.raises(client.KafkaApiError, match="NOT_ENOUGH_REPLICAS"):
         bad.result()
     ok[1].add_done_callback(lambda f: calls.append("after"))
-    assert calls == ["before", "after"]
-    producer_mod._resolve(cond, ok, None, error)  # a done future stays as it was
+    assert calls == ["before 6", "before 5", "after"]
+    producer_mod._resolve(batch, None, error)  # a done batch stays as it was
     assert ok[1].result() == producer_mod.RecordMetadata("t", 0, 6, 124)
+    assert calls == ["before 6", "before 5", "after"]
     # LogAppendTime replaces every record's time; acks=0 knows no offset.
-    later = [producer_mod.RecordFuture(cond, 1), producer_mod.RecordFuture(cond, 2)]
-    producer_mod._resolve(cond, later, producer_mod._Acknowledged("t", 1, -1, 777), None)
+    appended = producer_mod._BatchResult(cond)
+    later = [producer_mod.RecordFuture(appended, 0, 1), producer_mod.RecordFuture(appended, 1, 2)]
+    producer_mod._resolve(appended, producer_mod._Acknowledged("t", 1, -1, 777), None)
     assert [f.result() for f in later] == [producer_mod.RecordMetadata("t", 1, -1, 777)] * 2
 
 

@@ -173,9 +173,11 @@ def test_max_in_flight_config_is_checked() -> None:
 
 
 def test_accumulator_resends_in_creation_order() -> None:
-    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(batch_size=10, linger_ms=0)
+    results = iter(range(100))
+    a: acc.RecordAccumulator[int] = acc.RecordAccumulator(
+        batch_size=10, linger_ms=0, new_result=lambda: next(results))
     for i in range(4):
-        a.append(T0, rb.RecordInput(value=b"x" * 20), i, now_ms=0)
+        a.append(T0, None, b"x" * 20, (), i, now_ms=0)
     first, second, third = (a.drain(T0, 10_000, max_batches=1) for _ in range(3))
     for batch in (*first, *second, *third):
         batch.attempts = 1
@@ -183,7 +185,7 @@ def test_accumulator_resends_in_creation_order() -> None:
     a.reenqueue(third, retry_at_ms=0)
     a.reenqueue(first, retry_at_ms=0)
     a.reenqueue(second, retry_at_ms=0)
-    assert [b.handles for b in a._queues[T0]] == [[0], [1], [2], [3]]
+    assert [b.result for b in a._queues[T0]] == [0, 1, 2, 3]
     assert a.first(T0) is first[0]
     assert a.ready(0, flushing=False, muted=[T0]) == ([], None)
     assert a.ready(0, flushing=False) == ([T0], None)

@@ -261,6 +261,64 @@ def test_build_then_decode_round_trips(
     assert scan.error is None and scan.valid_bytes == len(data)
 
 
+_long_bytes = st.none() | st.binary(max_size=24) | st.integers(16380, 16400).map(lambda n: b"k" * n)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    records=st.lists(
+        st.builds(RecordInput, key=_long_bytes, value=_long_bytes, headers=_headers,
+                  timestamp_ms=st.integers(min_value=0, max_value=1 << 45)),
+        min_size=1, max_size=8),
+    far_stamps=st.booleans(),
+    codec=st.sampled_from(REAL_CODECS),
+    base_offset=st.integers(min_value=0, max_value=1 << 50),
+    producer_id=st.integers(min_value=-1, max_value=1 << 40),
+    producer_epoch=st.integers(min_value=-1, max_value=(1 << 15) - 1),
+    base_sequence=st.integers(min_value=-1, max_value=1 << 20),
+)
+def test_records_builder_builds_what_build_batch_builds(
+    records: list[RecordInput], far_stamps: bool, codec: CompressionType, base_offset: int,
+    producer_id: int, producer_epoch: int, base_sequence: int,
+) -> None:
+    """Appending record by record (the producer's path) gives build_batch's bytes: the fast
+    path (small fields, small positive deltas) and the general one (headers, long fields,
+    earlier or far timestamps) alike."""
+    if not far_stamps:  # mostly the fast path: stamps within 16 s after the first
+        records = [r._replace(timestamp_ms=records[0].timestamp_ms + i)
+                   for i, r in enumerate(records)]
+    builder = rb.RecordsBuilder()
+    for r in records:
+        assert r.timestamp_ms is not None
+        before = len(builder.buffer)
+        assert builder.append(r.key, r.value, r.headers, r.timestamp_ms) == (
+            len(builder.buffer) - before)
+    assert builder.count == len(records)
+    expected = rb.build_batch(records, base_offset=base_offset, compression=codec,
+                              producer_id=producer_id, producer_epoch=producer_epoch,
+                              base_sequence=base_sequence)
+    assert builder.build(base_offset=base_offset, compression=codec, producer_id=producer_id,
+                         producer_epoch=producer_epoch, base_sequence=base_sequence) == expected
+    # Built again (a retry under a new producer id): the records stay, the header changes.
+    again = rb.decode_batches(builder.build(producer_id=7, producer_epoch=0, base_sequence=0))
+    assert [r.value for r in again[0].records] == [r.value for r in records]
+    assert again[0].producer_id == 7
+
+
+def test_records_builder_refuses_what_build_batch_refuses() -> None:
+    builder = rb.RecordsBuilder()
+    with pytest.raises(ValueError, match="at least one record"):
+        builder.build()
+    with pytest.raises(ValueError, match="key"):
+        builder.append("text", b"v", (), 0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="headers"):
+        builder.append(None, b"v", ("h",), 0)  # type: ignore[arg-type]
+    assert builder.count == 0 and not builder.buffer
+    builder.append(None, b"v", (), 5)
+    with pytest.raises(ValueError, match="producer_epoch"):
+        builder.build(producer_epoch=1 << 15)
+
+
 @pytest.mark.parametrize("codec", REAL_CODECS, ids=lambda c: c.name)
 def test_large_batches_round_trip_in_every_codec(codec: CompressionType) -> None:
     records = [RecordInput(key=b"%06d" % i, value=b"x" * (i % 300), timestamp_ms=i)

@@ -1,7 +1,9 @@
 """The producer's per-partition batches: append, readiness (batch.size / linger.ms), drain, retry.
 
 Owns :class:`RecordAccumulator` (after Kafka's ``RecordAccumulator``): records
-are appended to the last open :class:`ProducerBatch` of their partition; a batch
+are appended to the last open :class:`ProducerBatch` of their partition, encoded
+there and then (:class:`kraftlog.storage.record_batch.RecordsBuilder`, Kafka's
+``MemoryRecordsBuilder``: the sender only adds the header); a batch
 closes when it reaches ``batch.size`` bytes (a record bigger than that gets a
 batch of its own). A partition is *ready* when its first batch is closed, has
 waited ``linger.ms``, or a flush or close asks for everything; the sender drains
@@ -11,7 +13,9 @@ which partitions may not send their first batch now (*muted*: a full
 requests are in flight). A failed batch goes back to its queue in creation order,
 before every batch created after it.
 
-The handles are opaque to this module (the producer's futures). Pure: the
+Each batch carries one *result* handle, made by the ``new_result`` factory when the
+batch is opened and opaque to this module (the producer's shared outcome of the
+batch's records, Kafka's ``ProduceRequestResult``). Pure: the
 caller passes ``now_ms`` (a monotonic clock), no locks here (the producer holds
 its own around every call).
 """
@@ -19,7 +23,7 @@ its own around every call).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -34,12 +38,18 @@ RECORD_OVERHEAD_BYTES = 21
 
 def estimate_size(record: rb.RecordInput) -> int:
     """Bytes ``record`` adds to an uncompressed batch, rounded up (used for batch.size)."""
+    return estimate_fields(record.key, record.value, record.headers)
+
+
+def estimate_fields(key: bytes | None, value: bytes | None,
+                    headers: tuple[rb.Header, ...]) -> int:
+    """:func:`estimate_size` of a record given by its fields."""
     size = RECORD_OVERHEAD_BYTES
-    if record.key is not None:
-        size += len(record.key)
-    if record.value is not None:
-        size += len(record.value)
-    for header in record.headers:
+    if key is not None:
+        size += len(key)
+    if value is not None:
+        size += len(value)
+    for header in headers:
         size += len(header.key) + 10 + (len(header.value) if header.value is not None else 0)
     return size
 
@@ -50,8 +60,10 @@ class ProducerBatch(Generic[H]):
 
     tp: TopicPartition
     created_ms: int
-    records: list[rb.RecordInput] = field(default_factory=list)
-    handles: list[H] = field(default_factory=list)
+    result: H
+    """The outcome its records' futures share (the producer's; opaque here)."""
+    builder: rb.RecordsBuilder = field(default_factory=rb.RecordsBuilder)
+    """Its records, encoded as appended; ``builder.count`` of them."""
     size_bytes: int = rb.HEADER_SIZE
     closed: bool = False
     attempts: int = 0
@@ -64,59 +76,59 @@ class ProducerBatch(Generic[H]):
     producer_id: int = rb.NO_PRODUCER_ID
     """The producer id ``encoded`` carries (idempotent producer), -1 when none."""
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AppendResult:
-    """What an append did: whether it opened a new batch and whether one got full."""
-
-    new_batch: bool
-    batch_full: bool
-
-
-# Every append returns one of these four (immutable) values instead of a new object:
-# append runs once per record on the caller's thread.
-_APPEND_RESULTS = {(new, full): AppendResult(new_batch=new, batch_full=full)
-                   for new in (False, True) for full in (False, True)}
+    @property
+    def record_count(self) -> int:
+        return self.builder.count
 
 
 class RecordAccumulator(Generic[H]):
     """Per-partition queues of batches. See the module docstring."""
 
-    def __init__(self, *, batch_size: int, linger_ms: int) -> None:
+    def __init__(self, *, batch_size: int, linger_ms: int, new_result: Callable[[], H]) -> None:
         self.batch_size = batch_size
         self.linger_ms = linger_ms
+        self._new_result = new_result
         self._queues: dict[TopicPartition, deque[ProducerBatch[H]]] = {}
         self._created = 0
         self.buffered_bytes = 0
         """Bytes of records appended and not yet completed (buffer.memory accounting)."""
         self.pending_records = 0
 
-    def append(self, tp: TopicPartition, record: rb.RecordInput, handle: H, *,
-               now_ms: int, size: int | None = None) -> AppendResult:
-        size = estimate_size(record) if size is None else size
+    def append(self, tp: TopicPartition, key: bytes | None, value: bytes | None,
+               headers: tuple[rb.Header, ...], timestamp_ms: int, *, now_ms: int,
+               size: int | None = None) -> ProducerBatch[H]:
+        """Encode one record into ``tp``'s open batch (a new one when there is none or the
+        record does not fit) and return that batch: the record is its last
+        (``builder.count - 1``). A batch that reached ``batch.size``, or that the record
+        did not fit in, is closed (ready to send). ``size``: :func:`estimate_fields`,
+        when the caller has it already. Raises ValueError for a record the encoder
+        refuses (nothing is appended then)."""
+        if size is None:
+            size = estimate_fields(key, value, headers)
         queue = self._queues.get(tp)
         if queue is None:  # (not setdefault: that would build a deque on every append)
             queue = self._queues[tp] = deque()
         last = queue[-1] if queue else None
-        new_batch = False
-        full_before = False
         if last is None or last.closed or last.attempts > 0 or (
-                last.records and last.size_bytes + size > self.batch_size):
-            if last is not None and not last.closed:
+                last.builder.count and last.size_bytes + size > self.batch_size):
+            if last is not None:
                 last.closed = True
-                full_before = True
             self._created += 1
-            last = ProducerBatch(tp=tp, created_ms=now_ms, order=self._created)
+            last = ProducerBatch(tp=tp, created_ms=now_ms, order=self._created,
+                                 result=self._new_result())
             queue.append(last)
-            new_batch = True
-        last.records.append(record)
-        last.handles.append(handle)
+        try:
+            last.builder.append(key, value, headers, timestamp_ms)
+        except ValueError:
+            if not last.builder.count:
+                queue.pop()
+            raise
         last.size_bytes += size
         self.buffered_bytes += size
         self.pending_records += 1
         if last.size_bytes >= self.batch_size:
             last.closed = True
-        return _APPEND_RESULTS[new_batch, full_before or last.closed]
+        return last
 
     def ready(self, now_ms: int, *, flushing: bool, muted: Iterable[TopicPartition] = ()
               ) -> tuple[list[TopicPartition], int | None]:
@@ -208,7 +220,7 @@ class RecordAccumulator(Generic[H]):
     def complete(self, batch: ProducerBatch[H]) -> None:
         """A drained batch is done (acknowledged or failed for good): release its bytes."""
         self.buffered_bytes -= batch.size_bytes - rb.HEADER_SIZE
-        self.pending_records -= len(batch.records)
+        self.pending_records -= batch.builder.count
 
     def expired(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch[H]]:
         """Remove and return queued batches older than ``delivery_timeout_ms``."""

@@ -97,6 +97,21 @@ class StickyPartitioner:
             self._produced[topic] = 0
         return current
 
+    def take(self, topic: str, num_partitions: int, size: int) -> int:
+        """:meth:`partition`, then :meth:`on_append` of ``size`` bytes to it, in one call
+        (the producer's: once per record without a key or partition)."""
+        current = self._current.get(topic)
+        if current is None or current >= num_partitions:
+            current = self.partition(topic, num_partitions)
+        produced = self._produced.get(topic, 0) + size
+        if produced < self._batch_size:
+            self._produced[topic] = produced
+        else:
+            self._produced[topic] = 0
+            self._current[topic] = (0 if num_partitions <= 1
+                                    else self._next(topic, num_partitions, current))
+        return current
+
     def on_append(self, topic: str, num_partitions: int, partition: int, size: int) -> None:
         """``size`` bytes went to ``partition``; move on once the sticky one got batch.size."""
         if self._current.get(topic) != partition:

@@ -112,7 +112,7 @@ class _InFlight:
 
     __slots__ = ("batches", "done", "first_in_line", "waiting")
 
-    def __init__(self, batches: list[acc.ProducerBatch[RecordFuture]], *,
+    def __init__(self, batches: list[acc.ProducerBatch[_BatchResult]], *,
                  first_in_line: bool, waiting: bool = False) -> None:
         self.batches = batches
         self.done = False
@@ -121,8 +121,8 @@ class _InFlight:
 
 
 class _Acknowledged(NamedTuple):
-    """A batch's acknowledgement, shared by the futures of its records (each future makes its
-    RecordMetadata from it when asked, so resolving a batch builds nothing per record)."""
+    """A batch's acknowledgement (each future makes its RecordMetadata from it when asked,
+    so resolving a batch builds nothing per record)."""
 
     topic: str
     partition: int
@@ -132,49 +132,62 @@ class _Acknowledged(NamedTuple):
     """The broker's LogAppendTime, -1 when the topic uses CreateTime."""
 
 
+class _BatchResult:
+    """One batch's outcome, shared by the futures of its records (Kafka's
+    ``ProduceRequestResult``): resolving a batch is one assignment, not one per record.
+    Its fields change only under ``cond`` (the producer's one futures condition)."""
+
+    __slots__ = ("ack", "callbacks", "cond", "done", "error")
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self.cond = cond
+        self.done = False
+        self.ack: _Acknowledged | None = None
+        self.error: BaseException | None = None
+        self.callbacks: list[tuple[Callable[[RecordFuture], object], RecordFuture]] | None = None
+
+
 class RecordFuture:
     """The outcome of one ``send``: a RecordMetadata, or the error that failed the record.
 
     The subset of :class:`concurrent.futures.Future` a producer needs (``result``,
     ``exception``, ``done``, ``add_done_callback``; no cancel, as in Kafka). It is
-    light on purpose: one is made per record, so all the futures of a producer share
-    one condition variable, a whole batch is resolved under one acquisition of it,
-    and the RecordMetadata is made from the batch's acknowledgement only when asked
-    for (Kafka's per-batch ``ProduceRequestResult`` idea). Callbacks run on the
-    thread that resolves the future (the gRPC callback thread) or at once when
-    added to a done future; keep them short.
+    light on purpose, one is made per record: the record's batch holds the outcome
+    (:class:`_BatchResult`) and the future only where its record sits in it, so a whole
+    batch is resolved at once, and the RecordMetadata is made from the batch's
+    acknowledgement only when asked for (Kafka's ``FutureRecordMetadata``). Callbacks
+    run on the thread that resolves the future (the gRPC callback thread) or at once
+    when added to a done future; keep them short.
     """
 
-    __slots__ = ("_ack", "_callbacks", "_cond", "_done", "_error", "_index", "_timestamp_ms")
+    __slots__ = ("_batch", "_index", "_timestamp_ms")
 
-    def __init__(self, cond: threading.Condition, timestamp_ms: int = -1) -> None:
-        self._cond = cond
+    def __init__(self, batch: _BatchResult, index: int, timestamp_ms: int) -> None:
+        self._batch = batch
+        self._index = index
+        """The record's offset delta in its batch."""
         self._timestamp_ms = timestamp_ms
         """The record's CreateTime (what RecordMetadata reports unless LogAppendTime)."""
-        self._done = False
-        self._ack: _Acknowledged | None = None
-        self._index = 0
-        self._error: BaseException | None = None
-        self._callbacks: list[Callable[[RecordFuture], object]] | None = None
 
     def done(self) -> bool:
-        return self._done
+        return self._batch.done
 
-    def _wait(self, timeout: float | None) -> None:
-        if self._done:
-            return
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._done, timeout):
-                raise client_errors.ClientTimeoutError(
-                    f"the record was not acknowledged within {timeout} s")
+    def _wait(self, timeout: float | None) -> _BatchResult:
+        batch = self._batch
+        if not batch.done:
+            with batch.cond:
+                if not batch.cond.wait_for(lambda: batch.done, timeout):
+                    raise client_errors.ClientTimeoutError(
+                        f"the record was not acknowledged within {timeout} s")
+        return batch
 
     def result(self, timeout: float | None = None) -> RecordMetadata:
         """Its RecordMetadata; raises the record's error, or ClientTimeoutError after
         ``timeout`` seconds."""
-        self._wait(timeout)
-        if self._error is not None:
-            raise self._error
-        ack = self._ack
+        batch = self._wait(timeout)
+        if batch.error is not None:
+            raise batch.error
+        ack = batch.ack
         assert ack is not None
         return RecordMetadata(
             ack.topic, ack.partition,
@@ -183,37 +196,33 @@ class RecordFuture:
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The record's error, None when it was acknowledged."""
-        self._wait(timeout)
-        return self._error
+        return self._wait(timeout).error
 
     def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
-        with self._cond:
-            if not self._done:
-                if self._callbacks is None:
-                    self._callbacks = []
-                self._callbacks.append(fn)
+        batch = self._batch
+        with batch.cond:
+            if not batch.done:
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((fn, self))
                 return
         fn(self)
 
 
-def _resolve(cond: threading.Condition, futures: Sequence[RecordFuture],
-             ack: _Acknowledged | None, error: BaseException | None) -> None:
-    """Complete one batch's futures (``futures[i]`` is its record i) under one lock
-    acquisition, then run their callbacks. A future already done stays as it was."""
-    callbacks: list[tuple[Callable[[RecordFuture], object], RecordFuture]] = []
-    with cond:
-        for index, future in enumerate(futures):
-            if future._done:
-                continue
-            future._ack = ack
-            future._index = index
-            future._error = error
-            future._done = True
-            if future._callbacks:
-                callbacks.extend((fn, future) for fn in future._callbacks)
-                future._callbacks = None
-        cond.notify_all()
-    for fn, future in callbacks:
+def _resolve(batch: _BatchResult, ack: _Acknowledged | None,
+             error: BaseException | None) -> None:
+    """Complete a batch's futures, then run their callbacks. A batch already done stays
+    as it was."""
+    with batch.cond:
+        if batch.done:
+            return
+        batch.ack = ack
+        batch.error = error
+        batch.done = True
+        callbacks = batch.callbacks
+        batch.callbacks = None
+        batch.cond.notify_all()
+    for fn, future in callbacks or ():
         try:
             fn(future)
         except Exception:
@@ -224,7 +233,7 @@ def _now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-_new_tuple = tuple.__new__
+_INT64_MAX = (1 << 63) - 1
 
 
 def _wall_ms() -> int:
@@ -260,12 +269,13 @@ class Producer:
             queue_sizes=(self._queue_sizes if config.partitioner_adaptive_partitioning_enable
                          else None))
         self._tps: dict[tuple[str, int], TopicPartition] = {}
-        self._accumulator: acc.RecordAccumulator[RecordFuture] = acc.RecordAccumulator(
-            batch_size=config.batch_size, linger_ms=config.linger_ms)
+        self._futures_cond = threading.Condition()
+        self._accumulator: acc.RecordAccumulator[_BatchResult] = acc.RecordAccumulator(
+            batch_size=config.batch_size, linger_ms=config.linger_ms,
+            new_result=lambda: _BatchResult(self._futures_cond))
         self._mutex = threading.RLock()
         """``_lock``'s lock: send() enters it directly (a Condition's __enter__ is a Python call)."""
         self._lock = threading.Condition(self._mutex)
-        self._futures_cond = threading.Condition()
         self._in_flight: dict[TopicPartition, deque[_InFlight]] = {}
         """Per partition, its requests in sending order from the oldest unanswered one
         (absent when none): the window that max.in.flight.requests.per.connection bounds."""
@@ -298,10 +308,21 @@ class Producer:
         """
         if self._closing:
             raise client_errors.ClientClosedError("send() after close()")
-        if value is not None and not isinstance(value, bytes | bytearray | memoryview):
-            raise ValueError(f"value must be bytes or None, got {type(value).__name__}")
-        if key is not None and not isinstance(key, bytes | bytearray | memoryview):
-            raise ValueError(f"key must be bytes or None, got {type(key).__name__}")
+        if type(value) is not bytes and value is not None:
+            if not isinstance(value, bytearray | memoryview):
+                raise ValueError(f"value must be bytes or None, got {type(value).__name__}")
+            value = bytes(value)
+        if type(key) is not bytes and key is not None:
+            if not isinstance(key, bytearray | memoryview):
+                raise ValueError(f"key must be bytes or None, got {type(key).__name__}")
+            key = bytes(key)
+        if timestamp_ms is None:
+            timestamp = time.time_ns() // 1_000_000
+        elif type(timestamp_ms) is not int or not 0 <= timestamp_ms <= _INT64_MAX:
+            raise ValueError(f"timestamp_ms must be a non-negative int64 or None, "
+                             f"got {timestamp_ms!r}")
+        else:
+            timestamp = timestamp_ms
         deadline = time.monotonic() + self.config.max_block_ms / 1000
         info = self.metadata.topic(topic, deadline=deadline)
         count = info.partition_count
@@ -312,25 +333,21 @@ class Producer:
                     f"(it has {count} partitions)")
             chosen = partition
         elif key is not None:
-            key = bytes(key)
             chosen = partitioner.partition_for_key(key, count)
         else:
             chosen = -1
-        if value is not None and type(value) is not bytes:
-            value = bytes(value)
-        if key is not None and type(key) is not bytes:
-            key = bytes(key)
-        record_headers = _headers(headers) if headers else ()
-        # tuple.__new__ skips the NamedTuple's Python-level __new__ (one record per call).
-        timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
-        record: rb.RecordInput = _new_tuple(rb.RecordInput, (key, value, record_headers, timestamp))
-        size = acc.estimate_size(record)
+        if headers:
+            record_headers = _headers(headers)
+            size = acc.estimate_fields(key, value, record_headers)
+        else:
+            record_headers = ()
+            size = acc.RECORD_OVERHEAD_BYTES + (0 if key is None else len(key)) + (
+                0 if value is None else len(value))
         if size + rb.HEADER_SIZE > self.config.max_request_size:
             raise client_errors.KafkaApiError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"the record is {size} bytes, more than max.request.size="
                 f"{self.config.max_request_size}")
-        future = RecordFuture(self._futures_cond, timestamp)
         with self._mutex:
             while (self._accumulator.buffered_bytes + size > self.config.buffer_memory
                    and self._accumulator.buffered_bytes > 0):
@@ -342,18 +359,17 @@ class Producer:
                 self._lock.wait(remaining)
             if self._closing:
                 raise client_errors.ClientClosedError("send() after close()")
-            sticky = chosen < 0
-            if sticky:
-                chosen = self._sticky.partition(topic, count)
+            if chosen < 0:
+                chosen = self._sticky.take(topic, count, size)
             tp = self._tps.get((topic, chosen))
             if tp is None:
                 tp = self._tps[(topic, chosen)] = TopicPartition(topic=topic, partition=chosen)
-            result = self._accumulator.append(tp, record, future, now_ms=_now_ms(), size=size)
-            if sticky:
-                self._sticky.on_append(topic, count, chosen, size)
-            if result.new_batch or result.batch_full:
+            batch = self._accumulator.append(tp, key, value, record_headers, timestamp,
+                                             now_ms=_now_ms(), size=size)
+            index = batch.builder.count - 1
+            if index == 0 or batch.closed:  # a new batch, or a full one: wake the sender
                 self._lock.notify_all()
-        return future
+        return RecordFuture(batch.result, index, timestamp)
 
     def _queue_sizes(self, topic: str, num_partitions: int) -> list[int]:
         """Batches queued per partition of ``topic`` (the adaptive partitioner's load; called
@@ -449,7 +465,7 @@ class Producer:
                 self._lock.wait(wait_ms / 1000)
                 return True
         self._fail(expired, lambda batch: client_errors.ClientTimeoutError(
-            f"{len(batch.records)} record(s) for {batch.tp} expired: delivery.timeout.ms="
+            f"{batch.record_count} record(s) for {batch.tp} expired: delivery.timeout.ms="
             f"{self.config.delivery_timeout_ms} passed"))
         self._release(expired)
         if not ready:
@@ -511,7 +527,7 @@ class Producer:
         return len(window) < self._max_in_flight and not (self._idempotent and any(
             entry.batches[0].producer_id != self._producer_id for entry in sent))
 
-    def _enter_window(self, tp: TopicPartition, batches: list[acc.ProducerBatch[RecordFuture]]
+    def _enter_window(self, tp: TopicPartition, batches: list[acc.ProducerBatch[_BatchResult]]
                       ) -> _InFlight:
         """The window entry of ``batches``, just drained to be sent (call under ``_lock``):
         a batch to resend takes its waiting entry's place, a fresh one goes last."""
@@ -527,7 +543,7 @@ class Producer:
         window.append(entry)
         return entry
 
-    def _forget_waiting(self, batches: Sequence[acc.ProducerBatch[RecordFuture]]) -> None:
+    def _forget_waiting(self, batches: Sequence[acc.ProducerBatch[_BatchResult]]) -> None:
         """Batches taken out of the queue for good (expired) no longer wait in their
         windows (call under ``_lock``)."""
         for batch in batches:
@@ -554,20 +570,18 @@ class Producer:
             return (not entry.first_in_line
                     or entry.batches[0].producer_id != self._producer_id)
 
-    def _encode(self, batch: acc.ProducerBatch[RecordFuture]) -> bytes:
+    def _encode(self, batch: acc.ProducerBatch[_BatchResult]) -> bytes:
         if batch.encoded is None:
             if not self._idempotent:
-                batch.encoded = rb.build_batch(
-                    batch.records, compression=self.config.compression_type, now_ms=_wall_ms())
+                batch.encoded = batch.builder.build(compression=self.config.compression_type)
                 return batch.encoded
             with self._lock:
                 sequence = self._next_sequence.get(batch.tp, 0)
-                self._next_sequence[batch.tp] = (sequence + len(batch.records)) % (1 << 31)
+                self._next_sequence[batch.tp] = (sequence + batch.record_count) % (1 << 31)
                 producer_id, producer_epoch = self._producer_id, self._producer_epoch
-            batch.encoded = rb.build_batch(
-                batch.records, compression=self.config.compression_type, now_ms=_wall_ms(),
-                producer_id=producer_id, producer_epoch=producer_epoch,
-                base_sequence=sequence)
+            batch.encoded = batch.builder.build(
+                compression=self.config.compression_type, producer_id=producer_id,
+                producer_epoch=producer_epoch, base_sequence=sequence)
             batch.producer_id = producer_id
         return batch.encoded
 
@@ -749,30 +763,30 @@ class Producer:
             self._succeed(tp, batches, base_offset, log_append_time_ms)
         self._release(batches)
 
-    def _succeed(self, tp: TopicPartition, batches: Sequence[acc.ProducerBatch[RecordFuture]],
+    def _succeed(self, tp: TopicPartition, batches: Sequence[acc.ProducerBatch[_BatchResult]],
                  base_offset: int, log_append_time_ms: int) -> None:
         known = base_offset >= 0 and self.config.acks is not Acks.NONE
         offset = base_offset
         for batch in batches:
-            _resolve(self._futures_cond, batch.handles, _Acknowledged(
+            _resolve(batch.result, _Acknowledged(
                 tp.topic, tp.partition, offset if known else -1, log_append_time_ms), None)
-            offset += len(batch.records)
+            offset += batch.record_count
 
-    def _release(self, batches: Sequence[acc.ProducerBatch[RecordFuture]]) -> None:
+    def _release(self, batches: Sequence[acc.ProducerBatch[_BatchResult]]) -> None:
         with self._lock:
             for batch in batches:
                 self._accumulator.complete(batch)
             self._lock.notify_all()
 
-    def _can_retry(self, batch: acc.ProducerBatch[RecordFuture]) -> bool:
+    def _can_retry(self, batch: acc.ProducerBatch[_BatchResult]) -> bool:
         deadline = batch.created_ms + self.config.delivery_timeout_ms
         return (batch.attempts <= self.config.retries
                 and _now_ms() + self.config.retry_backoff_ms < deadline)
 
-    def _fail(self, batches: Sequence[acc.ProducerBatch[RecordFuture]],
-              error: Exception | Callable[[acc.ProducerBatch[RecordFuture]], Exception]
+    def _fail(self, batches: Sequence[acc.ProducerBatch[_BatchResult]],
+              error: Exception | Callable[[acc.ProducerBatch[_BatchResult]], Exception]
               ) -> None:
         for batch in batches:
             exc = error(batch) if callable(error) and not isinstance(error, Exception) else error
             assert isinstance(exc, Exception)
-            _resolve(self._futures_cond, batch.handles, None, exc)
+            _resolve(batch.result, None, exc)

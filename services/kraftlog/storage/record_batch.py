@@ -1157,6 +1157,19 @@ def build_batch(
     if codec is not CompressionType.NONE:
         section = codecs.compress(codec, section)
 
+    return _seal(section, count=count, base_offset=base_offset,
+                 partition_leader_epoch=partition_leader_epoch, codec=codec, ts_type=ts_type,
+                 base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+                 producer_id=producer_id, producer_epoch=producer_epoch,
+                 base_sequence=base_sequence, is_transactional=is_transactional,
+                 is_control=is_control)
+
+
+def _seal(section: bytes | bytearray, *, count: int, base_offset: int,
+          partition_leader_epoch: int, codec: CompressionType, ts_type: TimestampType,
+          base_timestamp: int, max_timestamp: int, producer_id: int, producer_epoch: int,
+          base_sequence: int, is_transactional: bool, is_control: bool) -> bytes:
+    """The batch: header (CRC over attributes..end) + ``section`` (compressed already)."""
     attributes = int(codec) | (int(ts_type) << 3)
     if is_transactional:
         attributes |= TRANSACTIONAL_FLAG_MASK
@@ -1176,6 +1189,106 @@ def build_batch(
     crc = crc32c.crc32c(section, crc32c.crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
     _U32.pack_into(header, CRC_OFFSET, crc)
     return b"".join((header, section))
+
+
+class RecordsBuilder:
+    """One batch's records, encoded as they are appended (Kafka's ``MemoryRecordsBuilder``).
+
+    The producer appends each record once, at ``send``; :meth:`build` then only adds the
+    header (producer id, epoch and sequence are known only when the batch is sent, and
+    change if it is renumbered), compresses and checksums. The first record's timestamp
+    is the batch's baseTimestamp; later ones are stored as deltas from it (negative
+    when earlier). Offsets deltas count from 0.
+
+    :meth:`append` takes the common record (bytes or no key, bytes value, no headers,
+    lengths and deltas under 16384) with a few tuple lookups and one ``+=``; any other
+    goes through the general encoder with its checks. ``timestamp_ms`` must be an int
+    in int64 (the caller checks it: ``Producer.send`` refuses anything else).
+    """
+
+    __slots__ = ("base_timestamp", "buffer", "count", "max_timestamp")
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        """The records section, uncompressed."""
+        self.count = 0
+        self.base_timestamp = 0
+        self.max_timestamp = 0
+
+    def append(self, key: bytes | None, value: bytes | None, headers: tuple[Header, ...],
+               timestamp_ms: int) -> int:
+        """Encode one record at the next offset delta; returns the bytes it took."""
+        index = self.count
+        if index == 0:
+            self.base_timestamp = self.max_timestamp = timestamp_ms
+        elif timestamp_ms > self.max_timestamp:
+            self.max_timestamp = timestamp_ms
+        delta = timestamp_ms - self.base_timestamp
+        buffer = self.buffer
+        before = len(buffer)
+        small = varint.NON_NEGATIVE
+        n_small = varint.NON_NEGATIVE_TABLE_SIZE
+        if (not headers and 0 <= delta < n_small and index < n_small
+                and (key is None or (type(key) is bytes and len(key) < n_small))
+                and type(value) is bytes and len(value) < n_small):
+            delta_part = small[delta]
+            index_part = small[index]
+            value_part = small[len(value)]
+            if key is None:
+                size = 3 + len(delta_part) + len(index_part) + len(value_part) + len(value)
+                buffer += small[size] if size < n_small else varint.encode_varint(size)
+                buffer += b"\x00"
+                buffer += delta_part
+                buffer += index_part
+                buffer += b"\x01"  # zigzag(-1): a null key
+            else:
+                key_part = small[len(key)]
+                size = (2 + len(delta_part) + len(index_part) + len(key_part) + len(key)
+                        + len(value_part) + len(value))
+                buffer += small[size] if size < n_small else varint.encode_varint(size)
+                buffer += b"\x00"
+                buffer += delta_part
+                buffer += index_part
+                buffer += key_part
+                buffer += key
+            buffer += value_part
+            buffer += value
+            buffer += b"\x00"  # no headers
+        else:
+            _check_range(f"records[{index}] timestamp delta", delta, _INT64)
+            parts: list[bytes] = []
+            _encode_record(parts, index, RecordInput(key, value, headers, timestamp_ms), delta)
+            buffer += b"".join(parts)
+        self.count = index + 1
+        return len(buffer) - before
+
+    def build(self, *, base_offset: int = 0,
+              partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+              compression: CompressionType = CompressionType.NONE,
+              producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+              base_sequence: int = NO_SEQUENCE) -> bytes:
+        """The CreateTime batch of the records appended so far (at least one).
+
+        Raises ValueError (naming the field) for out-of-range header values, KraftlogError
+        for SNAPPY."""
+        if not self.count:
+            raise ValueError("a record batch needs at least one record")
+        _check_range("base_offset", base_offset, _INT64)
+        _check_range("last offset", base_offset + self.count - 1, _INT64)
+        _check_range("partition_leader_epoch", partition_leader_epoch, _INT32)
+        _check_range("producer_id", producer_id, _INT64)
+        _check_range("producer_epoch", producer_epoch, _INT16)
+        _check_range("base_sequence", base_sequence, _INT32)
+        codec = CompressionType(compression)
+        section: bytes | bytearray = self.buffer
+        if codec is not CompressionType.NONE:
+            section = codecs.compress(codec, bytes(section))
+        return _seal(section, count=self.count, base_offset=base_offset,
+                     partition_leader_epoch=partition_leader_epoch, codec=codec,
+                     ts_type=TimestampType.CREATE_TIME, base_timestamp=self.base_timestamp,
+                     max_timestamp=self.max_timestamp, producer_id=producer_id,
+                     producer_epoch=producer_epoch, base_sequence=base_sequence,
+                     is_transactional=False, is_control=False)
 
 
 # ---------------------------------------------------------------------------------------
