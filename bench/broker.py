@@ -15,7 +15,11 @@ so neither system's idle processes tax the other's numbers.
   it carries, so records per call matter more here than in Kafka's wire protocol;
   ``--batch-size 262144`` gives the earlier runs' setting) as fast as ``send`` goes, until every one is
   acknowledged; vs the same count through nats-py ``publish_async`` with
-  ``--nats-window`` acks outstanding. Ratio of msgs/s, target >= 5.
+  ``--nats-window`` acks outstanding. Ratio of msgs/s, target >= 5. ``--records``
+  defaults to 300,000 (100,000 until session 7): at ~100k/s a 100,000-record phase
+  lasts ~1 s, and what does not scale with the count (a fresh cluster's first
+  appends, the pipeline filling, the last request's replication round trip) took
+  ~0.35 s of it, the time of ~45,000 records.
 - latency: records paced at half our measured max rate for ``--latency-seconds``;
   each record's latency runs from its *scheduled* send time to its
   acknowledgement (so a client that falls behind the schedule pays for it: no
@@ -36,7 +40,7 @@ Prints a table and one JSON line (``{"bench": "broker", "<ratio>": ..., "pass":
 {...}}``). Every loop is bounded by a count and a time; every child process is
 stopped (then SIGKILLed) in a ``finally``; only PIDs started here are signalled.
 
-    .venv/bin/python bench/broker.py                 # ~2 min
+    .venv/bin/python bench/broker.py                 # ~3 min
     .venv/bin/python bench/broker.py --records 20000 --latency-seconds 3   # quicker
 
 Needs ``nats-server`` (installed with apt-get when missing and run as root) and
@@ -831,7 +835,7 @@ def report(ours: dict[str, Any], nats: dict[str, Any], anchor: dict[str, Any],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--records", type=int, default=100_000,
+    parser.add_argument("--records", type=int, default=300_000,
                         help="records in the max-rate produce phase (same count for NATS)")
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=6)
@@ -845,7 +849,7 @@ def main() -> None:
                         help="the consumer's max.partition.fetch.bytes")
     parser.add_argument("--latency-seconds", type=float, default=8.0,
                         help="length of each paced (half max rate) phase")
-    parser.add_argument("--phase-seconds", type=float, default=25.0,
+    parser.add_argument("--phase-seconds", type=float, default=40.0,
                         help="bound on each produce / consume phase (a consume phase cut "
                         "short reports complete=false)")
     parser.add_argument("--nats-window", type=int, default=512,
