@@ -16,10 +16,10 @@ producer needs) resolving to a :class:`RecordMetadata`, or raising a
 :class:`~kraftlog.client.errors.KafkaApiError` named for the broker's error
 (NOT_ENOUGH_REPLICAS, MESSAGE_TOO_LARGE, ...).
 
-One background *sender* thread drains ready batches (``batch.size`` reached,
-``linger.ms`` passed, or a flush), encodes each as a Kafka RecordBatch v2
-(:func:`kraftlog.storage.record_batch.build_batch`, with ``compression.type``),
-and sends one Produce RPC per leader broker carrying every ready partition it
+``send`` encodes the record into its batch there and then
+(:class:`kraftlog.storage.record_batch.RecordsBuilder`). One background *sender* thread
+drains ready batches (``batch.size`` reached, ``linger.ms`` passed, or a flush), seals
+each as a Kafka RecordBatch v2 (header and CRC, with ``compression.type``), and sends one Produce RPC per leader broker carrying every ready partition it
 leads, without waiting for other brokers (gRPC futures). A partition may have up to
 ``max.in.flight.requests.per.connection`` requests unanswered, counted from its
 oldest unanswered one (a window: an answered request after an unanswered one still
