@@ -398,3 +398,127 @@ def test_a_parked_request_wakes_the_poll_loop_only_if_its_deadline_comes_first(
         assert all(a.responses[0].partitions[0].error.code == common_pb2.NONE for a in answers)
 
     run(scenario())
+
+
+def test_fetcher_id_is_kafkas_hash() -> None:
+    # Java's String.hashCode: "hello" is 99162322; a non-BMP character counts as its two
+    # UTF-16 units (0xD83D, 0xDE00); the definition, with 32-bit wrap-around, for long names.
+    assert fetcher_driver._java_string_hash("hello") == 99162322
+    assert fetcher_driver._java_string_hash("\N{GRINNING FACE}") == 31 * 0xD83D + 0xDE00
+    name = "__consumer_offsets-and-a-long-topic-name"
+    assert fetcher_driver._java_string_hash(name) == sum(
+        ord(c) * 31 ** (len(name) - 1 - i) for i, c in enumerate(name)) % (1 << 32)
+    # abs(31 * hash + partition) % n: "t" hashes to 116, 31 * 116 = 3596.
+    assert [fetcher_driver.fetcher_id(TopicPartition(topic="t", partition=p), 3)
+            for p in range(4)] == [3596 % 3, 3597 % 3, 3598 % 3, 3599 % 3]
+    assert all(fetcher_driver.fetcher_id(TopicPartition(topic="t", partition=p), 1) == 0
+               for p in range(4))
+    # Utils.abs: a negative sum counts by its magnitude, MIN_VALUE as 0.
+    negative = next(t for t in (f"topic-{i}" for i in range(1000))
+                    if (31 * fetcher_driver._java_string_hash(t)) & 0x80000000)
+    h = (31 * fetcher_driver._java_string_hash(negative)) & 0xFFFFFFFF
+    assert fetcher_driver.fetcher_id(TopicPartition(topic=negative, partition=0), 7) == (
+        ((1 << 32) - h) % 7)
+
+
+def test_partitions_spread_over_num_replica_fetchers_and_follow_a_resize(
+        tmp_path: pathlib.Path) -> None:
+    """num.replica.fetchers = 2: t-0 and t-1 (fetcher ids 0 and 1) get a Fetch loop each to
+    the same leader; resized to 1, both move to one fetcher and keep replicating; a
+    bad count is refused."""
+    tp1 = TopicPartition(topic=TP.topic, partition=1)
+    leader = Broker(tmp_path / "leader", isr=(1, 2), min_isr=1)
+    second = open_partition(tmp_path / "leader" / tp1.dir_name, 1, index=1)
+    leader.manager.add_partition(second)
+    leader.manager.transition_replica(tp1, rm.ReplicaState.ONLINE_REPLICA)
+    leader.manager.make_leader(tp1, leader_epoch=0, partition_epoch=0, replicas=(1, 2),
+                               isr=(1, 2), now_ms=leader.data.now_ms())
+    follower = rm.ReplicaManager(broker_id=2)
+    for tp in (TP, tp1):
+        replica = open_partition(tmp_path / "follower" / tp.dir_name, 2, index=tp.partition)
+        follower.add_partition(replica)
+        follower.transition_replica(tp, rm.ReplicaState.ONLINE_REPLICA)
+        follower.make_follower(tp, leader_id=1, leader_epoch=0, partition_epoch=0,
+                               replicas=(1, 2))
+
+    def produce(partition: int, value: bytes) -> Any:
+        return leader.servicer.Produce(broker_pb2.ProduceRequest(
+            acks=1, timeout_ms=1000, topic_data=[broker_pb2.ProduceRequest.TopicProduceData(
+                name=TP.topic, partition_data=[broker_pb2.ProduceRequest.PartitionProduceData(
+                    index=partition, records=batch(value))])]), None)
+
+    async def until(ends: tuple[int, int]) -> None:
+        async with asyncio.timeout(10):
+            while (follower.partitions[TP].log_end_offset,
+                   follower.partitions[tp1].log_end_offset) != ends:
+                await asyncio.sleep(0.01)
+
+    async def scenario() -> list[Any]:
+        grpc_server = grpc.aio.server(options=transport.server_options())
+        server.add_to_server(leader.servicer, grpc_server)
+        port = grpc_server.add_insecure_port("127.0.0.1:0")
+        await grpc_server.start()
+        leader.data.start()
+        fetchers = fetcher_driver.ReplicaFetcherManager(
+            broker_id=2, manager=follower, data=server.DataPlane(follower),
+            endpoint=lambda _b: f"127.0.0.1:{port}", broker_epoch=lambda: 2,
+            config=fetcher_driver.FetcherConfig(fetch_wait_max_ms=60_000, fetch_backoff_ms=50,
+                                                num_fetchers=2))
+        seen = []
+        try:
+            fetchers.apply(rc.ReconcileResult(start_fetching=[
+                rc.FetchTarget(topic_partition=tp, topic_id=TOPIC_ID, leader_id=1, leader_epoch=0)
+                for tp in (TP, tp1)]))
+            seen.append({key: sorted(f.states) for key, f in fetchers.fetchers.items()})
+            await produce(0, b"a")
+            await produce(1, b"b")
+            await until((1, 1))
+            fetchers.resize(1)
+            seen.append({key: sorted(f.states) for key, f in fetchers.fetchers.items()})
+            await produce(0, b"c")
+            await produce(1, b"d")
+            await until((2, 2))
+            fetchers.resize(1)  # the same count: nothing moves
+            seen.append(list(fetchers.fetchers))
+            with pytest.raises(ValueError, match="at least 1"):
+                fetchers.resize(0)
+            return seen
+        finally:
+            await fetchers.stop()
+            await leader.data.stop()
+            await grpc_server.stop(None)
+
+    assert run(scenario()) == [{(1, 0): [TP], (1, 1): [tp1]}, {(1, 0): [TP, tp1]}, [(1, 0)]]
+
+
+def test_the_publisher_takes_num_replica_fetchers_from_dynamic_configs() -> None:
+    """The broker's own resource wins over the cluster default, which wins over the config
+    file; a value that is not an integer >= 1 is skipped with a warning."""
+    from kraftlog.broker import process
+
+    class Fetchers:
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def resize(self, count: int) -> None:
+            self.sizes.append(count)
+
+    class Reconciler:
+        broker_id = 7
+
+    def image(configs: dict[str, dict[str, str]]) -> im.MetadataImage:
+        return im.MetadataImage(configs=im.ConfigsImage(resources={
+            im.ConfigResource(resource_type=r.ConfigResourceType.BROKER, resource_name=name):
+                values for name, values in configs.items()}))
+
+    fetchers = Fetchers()
+    publisher = process._Publisher(Reconciler(), fetchers, None, on_image=lambda: None,  # type: ignore[arg-type]
+                                   tracer=None, static_num_fetchers=3)  # type: ignore[arg-type]
+    key = process.NUM_REPLICA_FETCHERS
+    publisher.apply_num_fetchers(image({}))
+    publisher.apply_num_fetchers(image({"": {key: "2"}}))
+    publisher.apply_num_fetchers(image({"": {key: "2"}, "7": {key: "4"}}))
+    publisher.apply_num_fetchers(image({"": {key: "2"}, "8": {key: "4"}}))
+    publisher.apply_num_fetchers(image({"": {key: "5"}, "7": {key: "zero"}}))
+    publisher.apply_num_fetchers(image({"7": {key: "0"}}))
+    assert fetchers.sizes == [3, 2, 4, 2, 5, 3]

@@ -1,7 +1,9 @@
-"""Replica fetchers: one asyncio task per source broker, pulling its followed partitions.
+"""Replica fetchers: asyncio tasks per source broker, pulling its followed partitions.
 
-Owns :class:`ReplicaFetcherManager` (Kafka's ReplicaFetcherManager with
-``num.replica.fetchers`` = 1: one fetcher per leader broker) and
+Owns :class:`ReplicaFetcherManager` (Kafka's ReplicaFetcherManager: ``num.replica.fetchers``
+fetchers per leader broker, a partition going to fetcher :func:`fetcher_id`, Kafka's
+hash; a new count, e.g. from a dynamic broker config, moves every partition to its new
+fetcher, as Kafka's ``resizeThreadPool`` does) and
 :class:`ReplicaFetcher`, which loops: build one Fetch with an entry per fetchable
 partition from its pure :class:`~kraftlog.broker.follower.FollowerFetchState`
 (fetch offset = log end, last fetched epoch, KIP-320), long-poll the leader's
@@ -27,7 +29,9 @@ Callers: :mod:`kraftlog.broker.process` applies each
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,19 +72,41 @@ class FetcherConfig:
     """``replica.fetch.min.bytes``."""
     request_timeout_ms: int = 30_000
     """``replica.socket.timeout.ms``-like bound on one Fetch beyond its wait."""
+    num_fetchers: int = 1
+    """``num.replica.fetchers``: fetchers (each its own Fetch loop) per source broker."""
+
+
+def _java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit wrap-around)."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for unit in struct.unpack(f">{len(data) // 2}H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h
+
+
+def fetcher_id(tp: TopicPartition, num_fetchers: int) -> int:
+    """Which of a source broker's ``num_fetchers`` fetchers follows ``tp``: Kafka's
+    ``AbstractFetcherManager.getFetcherId``, ``abs(31 * topic.hashCode + partition) % n``
+    in 32-bit arithmetic (``Utils.abs`` maps MIN_VALUE to 0)."""
+    h = (31 * _java_string_hash(tp.topic) + tp.partition) & 0xFFFFFFFF
+    if h & 0x80000000:
+        h = 0 if h == 0x80000000 else (1 << 32) - h
+    return h % num_fetchers
 
 
 class ReplicaFetcher:
     """Fetches the partitions this broker follows from broker ``source_id``."""
 
     def __init__(self, *, broker_id: int, source_id: int, endpoint: Callable[[int], str | None],
-                 broker_epoch: Callable[[], int], data: server.DataPlane,
+                 broker_epoch: Callable[[], int], data: server.DataPlane, fetcher_id: int = 0,
                  config: FetcherConfig, quota: rq.ReplicationQuota | None = None,
                  on_storage_error: Callable[[TopicPartition, OSError], None] | None = None,
                  ) -> None:
         self.broker_id = broker_id
         self.quota = quota or rq.ReplicationQuota(rq.QuotaType.FOLLOWER)
         self.source_id = source_id
+        self.fetcher_id = fetcher_id
         self._on_storage_error = on_storage_error or self._drop_on_storage_error
         self._endpoint = endpoint
         self._broker_epoch = broker_epoch
@@ -96,7 +122,8 @@ class ReplicaFetcher:
         self._failing = False
 
     def _where(self) -> str:
-        return f"broker={self.broker_id} fetcher_source={self.source_id}"
+        return (f"broker={self.broker_id} fetcher_source={self.source_id} "
+                f"fetcher_id={self.fetcher_id}")
 
     def _drop_on_storage_error(self, tp: TopicPartition, error: OSError) -> None:
         logger.error("%s partition=%s event=follower_storage_error error=%r", self._where(), tp,
@@ -126,7 +153,7 @@ class ReplicaFetcher:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"replica-fetcher-{self.source_id}")
+            self._run(), name=f"replica-fetcher-{self.source_id}-{self.fetcher_id}")
         self._task.add_done_callback(self._on_done)
 
     def _on_done(self, task: asyncio.Task[None]) -> None:
@@ -320,11 +347,14 @@ class ReplicaFetcher:
 
 
 class ReplicaFetcherManager:
-    """One :class:`ReplicaFetcher` per leader broker; applies the reconciler's fetch changes."""
+    """``num.replica.fetchers`` :class:`ReplicaFetcher` per leader broker, keyed
+    (leader id, fetcher id); applies the reconciler's fetch changes."""
 
     def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, data: server.DataPlane,
                  endpoint: Callable[[int], str | None], broker_epoch: Callable[[], int],
                  config: FetcherConfig, quota: rq.ReplicationQuota | None = None) -> None:
+        if config.num_fetchers < 1:
+            raise ValueError(f"num.replica.fetchers must be at least 1, got {config.num_fetchers}")
         self.broker_id = broker_id
         self.quota = quota or rq.ReplicationQuota(rq.QuotaType.FOLLOWER)
         """The broker's follower-side replication quota, shared by every fetcher."""
@@ -333,8 +363,12 @@ class ReplicaFetcherManager:
         self._endpoint = endpoint
         self._broker_epoch = broker_epoch
         self.config = config
-        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._stopping: list[asyncio.Task[None]] = []
+
+    @property
+    def num_fetchers(self) -> int:
+        return self.config.num_fetchers
 
     def wake(self) -> None:
         """Every fetcher waiting while nothing was fetchable looks again (a throttle changed)."""
@@ -342,9 +376,9 @@ class ReplicaFetcherManager:
             fetcher.wake()
 
     def _remove(self, tp: TopicPartition) -> None:
-        for source_id, fetcher in list(self.fetchers.items()):
+        for key, fetcher in list(self.fetchers.items()):
             if fetcher.remove(tp) and not fetcher.states:
-                del self.fetchers[source_id]
+                del self.fetchers[key]
                 self._stopping.append(asyncio.get_running_loop().create_task(fetcher.stop()))
 
     def _storage_error(self, tp: TopicPartition, error: OSError) -> None:
@@ -362,21 +396,48 @@ class ReplicaFetcherManager:
             partition = self.manager.get_partition(tp)
             if partition is None or partition.is_leader:
                 continue
-            fetcher = self.fetchers.get(target.leader_id)
-            if fetcher is None:
-                fetcher = self.fetchers[target.leader_id] = ReplicaFetcher(
-                    broker_id=self.broker_id, source_id=target.leader_id,
-                    endpoint=self._endpoint, broker_epoch=self._broker_epoch, data=self._data,
-                    config=self.config, quota=self.quota,
-                    on_storage_error=self._storage_error)
-                fetcher.start()
-            fetcher.add(follower_mod.FollowerFetchState(
-                partition, leader_id=target.leader_id, leader_epoch=target.leader_epoch,
-                fetch_backoff_ms=self.config.fetch_backoff_ms,
-                partition_max_bytes=self.config.fetch_max_bytes))
+            self._add(partition, leader_id=target.leader_id, leader_epoch=target.leader_epoch)
             logger.info("broker=%d partition=%s event=fetcher_started leader=%d leader_epoch=%d "
                         "fetch_offset=%d", self.broker_id, tp, target.leader_id,
                         target.leader_epoch, partition.log_end_offset)
+
+    def _add(self, partition: partition_mod.Partition, *, leader_id: int,
+             leader_epoch: int) -> None:
+        key = (leader_id, fetcher_id(partition.topic_partition, self.config.num_fetchers))
+        fetcher = self.fetchers.get(key)
+        if fetcher is None:
+            fetcher = self.fetchers[key] = ReplicaFetcher(
+                broker_id=self.broker_id, source_id=leader_id, fetcher_id=key[1],
+                endpoint=self._endpoint, broker_epoch=self._broker_epoch, data=self._data,
+                config=self.config, quota=self.quota, on_storage_error=self._storage_error)
+            fetcher.start()
+        fetcher.add(follower_mod.FollowerFetchState(
+            partition, leader_id=leader_id, leader_epoch=leader_epoch,
+            fetch_backoff_ms=self.config.fetch_backoff_ms,
+            partition_max_bytes=self.config.fetch_max_bytes))
+
+    def resize(self, num_fetchers: int) -> None:
+        """A new ``num.replica.fetchers``: stop every fetcher and follow each partition again
+        from its fetcher under the new count, from its log end (Kafka's resizeThreadPool).
+        The same count changes nothing."""
+        if num_fetchers < 1:
+            raise ValueError(f"num.replica.fetchers must be at least 1, got {num_fetchers}")
+        if num_fetchers == self.config.num_fetchers:
+            return
+        followed = [(state.partition, state.leader_id, state.leader_epoch)
+                    for fetcher in self.fetchers.values() for state in fetcher.states.values()]
+        loop = asyncio.get_running_loop()
+        for fetcher in self.fetchers.values():
+            # At once: an answer the old fetcher still gets is for states it no longer has.
+            fetcher.states.clear()
+            self._stopping.append(loop.create_task(fetcher.stop()))
+        self.fetchers.clear()
+        self.config = dataclasses.replace(self.config, num_fetchers=num_fetchers)
+        for partition, leader_id, leader_epoch in followed:
+            self._add(partition, leader_id=leader_id, leader_epoch=leader_epoch)
+        logger.info("broker=%d event=replica_fetchers_resized num_replica_fetchers=%d "
+                    "partitions=%d fetchers=%d", self.broker_id, num_fetchers, len(followed),
+                    len(self.fetchers))
 
     async def stop(self) -> None:
         fetchers = list(self.fetchers.values())

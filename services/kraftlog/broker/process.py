@@ -33,6 +33,8 @@ touches configs re-reads the broker's ``leader.replication.throttled.rate`` /
 default ``""``) and the topics' ``leader.replication.throttled.replicas`` /
 ``follower.replication.throttled.replicas``; the rates are measured over
 ``replication.quota.window.num`` samples of ``replication.quota.window.size.seconds``.
+The same deltas re-read ``num.replica.fetchers`` (own resource, cluster default, then the
+config file): a new count moves every followed partition to its fetcher under it.
 
 Tracing (``OTEL_*`` variables, off by default): a span per partition leader change seen
 here (``broker.become_leader`` / ``broker.become_follower`` / ``broker.replica_deleted``,
@@ -114,6 +116,7 @@ _L = kconfig.ConfigType.LIST
 _B = kconfig.ConfigType.BOOLEAN
 _LONG = kconfig.ConfigType.LONG
 _FETCH = fetcher_driver.FetcherConfig()
+NUM_REPLICA_FETCHERS = "num.replica.fetchers"
 
 DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES = malloc_tuning.DEFAULT_MMAP_THRESHOLD_BYTES
 
@@ -164,6 +167,10 @@ BROKER_CONFIG = kconfig.ConfigDef([
                       doc="ms the leader may hold a follower's fetch"),
     kconfig.ConfigKey(name="replica.fetch.min.bytes", type=_I, default=_FETCH.fetch_min_bytes,
                       validator=kconfig.at_least(0), doc="bytes a follower's fetch waits for"),
+    kconfig.ConfigKey(name=NUM_REPLICA_FETCHERS, type=_I, default=_FETCH.num_fetchers,
+                      validator=kconfig.at_least(1),
+                      doc="replica fetchers per source broker (a dynamic broker config, "
+                          "when set, overrides it)"),
     kconfig.ConfigKey(name="replication.quota.window.num", type=_I,
                       default=rq.DEFAULT_QUOTA_WINDOW_NUM, validator=kconfig.at_least(1),
                       doc="samples the replication throttles' byte rates are measured over"),
@@ -491,8 +498,9 @@ class _Publisher:
                  tracer: tracing.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
                  cluster_id: str = "",
                  on_configs: Callable[[Iterable[partition_mod.Partition]], None] | None = None,
-                 ) -> None:
+                 static_num_fetchers: int = 1) -> None:
         self.reconciler = reconciler
+        self._static_num_fetchers = static_num_fetchers
         self._on_configs = on_configs
         self.cluster_id = cluster_id
         self._metadata_offset = -1
@@ -505,6 +513,7 @@ class _Publisher:
     def on_metadata_update(self, delta: dl.MetadataDelta, image: im.MetadataImage) -> None:
         if delta.configs_delta is not None:
             self.apply_throttles(image)
+            self.apply_num_fetchers(image)
             if self._on_configs is not None:
                 manager = self.reconciler.manager
                 self._on_configs(p for tp, p in manager.partitions.items()
@@ -521,6 +530,30 @@ class _Publisher:
                 logger.warning("broker=%d event=invalid_throttle_config quota=%s problem=%r",
                                self.reconciler.broker_id, quota.quota_type.value, problem)
         self.fetchers.wake()
+
+    def apply_num_fetchers(self, image: im.MetadataImage) -> None:
+        """``num.replica.fetchers`` from the broker's dynamic config (its own BROKER resource,
+        else the cluster default ``""``), else the config file's; a change resizes the
+        fetchers. A value that is not an integer >= 1 (the controller refuses those) is
+        logged and skipped."""
+        broker_id = self.reconciler.broker_id
+        count = self._static_num_fetchers
+        for resource in (broker_id, None):
+            value = image.configs.broker_configs(resource).get(NUM_REPLICA_FETCHERS)
+            if value is None:
+                continue
+            try:
+                count = int(value)
+                if count < 1:
+                    raise ValueError("below 1")
+            except ValueError:
+                logger.warning("broker=%d event=invalid_dynamic_config name=%s resource=%r "
+                               "value=%r", broker_id, NUM_REPLICA_FETCHERS,
+                               "" if resource is None else str(resource), value)
+                count = self._static_num_fetchers
+                continue
+            break
+        self.fetchers.resize(count)
 
     def reconcile_all(self, image: im.MetadataImage) -> None:
         self.apply(self.reconciler.reconcile_all(image, now_ms=wall_ms()))
@@ -678,10 +711,12 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             fetch_max_bytes=cfg.get_int("replica.fetch.max.bytes"),
             fetch_response_max_bytes=cfg.get_int("replica.fetch.response.max.bytes"),
             fetch_wait_max_ms=cfg.get_int("replica.fetch.wait.max.ms"),
-            fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes")), quota=follower_quota)
+            fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes"),
+            num_fetchers=cfg.get_int(NUM_REPLICA_FETCHERS)), quota=follower_quota)
     publisher = _Publisher(reconciler, fetchers, data, on_image=health_changed.set,
                            tracer=tracer.tracer, quotas=(leader_quota, follower_quota),
-                           cluster_id=cluster_id, on_configs=logs.apply_topic_configs)
+                           cluster_id=cluster_id, on_configs=logs.apply_topic_configs,
+                           static_num_fetchers=cfg.get_int(NUM_REPLICA_FETCHERS))
     loader.add_publisher(publisher)
 
     async def create_topics(request: Any, deadline_s: float) -> Any:
