@@ -290,10 +290,11 @@ def test_records_builder_builds_what_build_batch_builds(
     builder = rb.RecordsBuilder()
     for r in records:
         assert r.timestamp_ms is not None
-        before = len(builder.buffer)
+        before = builder.size
         assert builder.append(r.key, r.value, r.headers, r.timestamp_ms) == (
-            len(builder.buffer) - before)
+            builder.size - before)
     assert builder.count == len(records)
+    assert builder.size == sum(len(part) for part in builder.parts)
     expected = rb.build_batch(records, base_offset=base_offset, compression=codec,
                               producer_id=producer_id, producer_epoch=producer_epoch,
                               base_sequence=base_sequence)
@@ -313,7 +314,7 @@ def test_records_builder_refuses_what_build_batch_refuses() -> None:
         builder.append("text", b"v", (), 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="headers"):
         builder.append(None, b"v", ("h",), 0)  # type: ignore[arg-type]
-    assert builder.count == 0 and not builder.buffer
+    assert builder.count == 0 and builder.size == 0 and not builder.parts
     builder.append(None, b"v", (), 5)
     with pytest.raises(ValueError, match="producer_epoch"):
         builder.build(producer_epoch=1 << 15)

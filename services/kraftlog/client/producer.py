@@ -280,6 +280,10 @@ class Producer:
         """Per partition, its requests in sending order from the oldest unanswered one
         (absent when none): the window that max.in.flight.requests.per.connection bounds."""
         self._max_in_flight = config.max_in_flight_requests_per_connection
+        # send()'s limits, read once per record.
+        self._max_block_s = config.max_block_ms / 1000
+        self._max_record_size = config.max_request_size - rb.HEADER_SIZE
+        self._buffer_memory = config.buffer_memory
         self._flushes = 0
         self._closing = False
         self._closed = False
@@ -323,7 +327,8 @@ class Producer:
                              f"got {timestamp_ms!r}")
         else:
             timestamp = timestamp_ms
-        deadline = time.monotonic() + self.config.max_block_ms / 1000
+        now = time.monotonic()
+        deadline = now + self._max_block_s
         info = self.metadata.topic(topic, deadline=deadline)
         count = info.partition_count
         if partition is not None:
@@ -343,14 +348,15 @@ class Producer:
             record_headers = ()
             size = acc.RECORD_OVERHEAD_BYTES + (0 if key is None else len(key)) + (
                 0 if value is None else len(value))
-        if size + rb.HEADER_SIZE > self.config.max_request_size:
+        if size > self._max_record_size:
             raise client_errors.KafkaApiError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"the record is {size} bytes, more than max.request.size="
                 f"{self.config.max_request_size}")
+        accumulator = self._accumulator
         with self._mutex:
-            while (self._accumulator.buffered_bytes + size > self.config.buffer_memory
-                   and self._accumulator.buffered_bytes > 0):
+            while (accumulator.buffered_bytes + size > self._buffer_memory
+                   and accumulator.buffered_bytes > 0):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise client_errors.ClientTimeoutError(
@@ -364,8 +370,9 @@ class Producer:
             tp = self._tps.get((topic, chosen))
             if tp is None:
                 tp = self._tps[(topic, chosen)] = TopicPartition(topic=topic, partition=chosen)
-            batch = self._accumulator.append(tp, key, value, record_headers, timestamp,
-                                             now_ms=_now_ms(), size=size)
+            # The clock read above, in _now_ms()'s units (one monotonic read per send).
+            batch = accumulator.append(tp, key, value, record_headers, timestamp,
+                                       now_ms=int(now * 1000), size=size)
             index = batch.builder.count - 1
             if index == 0 or batch.closed:  # a new batch, or a full one: wake the sender
                 self._lock.notify_all()

@@ -1201,16 +1201,20 @@ class RecordsBuilder:
     when earlier). Offsets deltas count from 0.
 
     :meth:`append` takes the common record (bytes or no key, bytes value, no headers,
-    lengths and deltas under 16384) with a few tuple lookups and one ``+=``; any other
-    goes through the general encoder with its checks. ``timestamp_ms`` must be an int
-    in int64 (the caller checks it: ``Producer.send`` refuses anything else).
+    lengths and deltas under 16384) with a few tuple lookups and one list ``extend``
+    (the pieces are joined once, by :meth:`build`: a ``bytearray`` grown 1 KiB at a time
+    cost ~0.5 µs per record in reallocations); any other goes through the general
+    encoder with its checks. ``timestamp_ms`` must be an int in int64 (the caller checks
+    it: ``Producer.send`` refuses anything else).
     """
 
-    __slots__ = ("base_timestamp", "buffer", "count", "max_timestamp")
+    __slots__ = ("base_timestamp", "count", "max_timestamp", "parts", "size")
 
     def __init__(self) -> None:
-        self.buffer = bytearray()
-        """The records section, uncompressed."""
+        self.parts: list[bytes] = []
+        """The records section, uncompressed, in pieces."""
+        self.size = 0
+        """Bytes in ``parts``."""
         self.count = 0
         self.base_timestamp = 0
         self.max_timestamp = 0
@@ -1224,8 +1228,6 @@ class RecordsBuilder:
         elif timestamp_ms > self.max_timestamp:
             self.max_timestamp = timestamp_ms
         delta = timestamp_ms - self.base_timestamp
-        buffer = self.buffer
-        before = len(buffer)
         small = varint.NON_NEGATIVE
         n_small = varint.NON_NEGATIVE_TABLE_SIZE
         if (not headers and 0 <= delta < n_small and index < n_small
@@ -1236,31 +1238,27 @@ class RecordsBuilder:
             value_part = small[len(value)]
             if key is None:
                 size = 3 + len(delta_part) + len(index_part) + len(value_part) + len(value)
-                buffer += small[size] if size < n_small else varint.encode_varint(size)
-                buffer += b"\x00"
-                buffer += delta_part
-                buffer += index_part
-                buffer += b"\x01"  # zigzag(-1): a null key
+                length_part = small[size] if size < n_small else varint.encode_varint(size)
+                # attributes, deltas, a null key (zigzag -1), the value, no headers
+                self.parts.extend((length_part, b"\x00", delta_part, index_part, b"\x01",
+                                   value_part, value, b"\x00"))
             else:
                 key_part = small[len(key)]
                 size = (2 + len(delta_part) + len(index_part) + len(key_part) + len(key)
                         + len(value_part) + len(value))
-                buffer += small[size] if size < n_small else varint.encode_varint(size)
-                buffer += b"\x00"
-                buffer += delta_part
-                buffer += index_part
-                buffer += key_part
-                buffer += key
-            buffer += value_part
-            buffer += value
-            buffer += b"\x00"  # no headers
+                length_part = small[size] if size < n_small else varint.encode_varint(size)
+                self.parts.extend((length_part, b"\x00", delta_part, index_part, key_part,
+                                   key, value_part, value, b"\x00"))
+            added = len(length_part) + size
         else:
             _check_range(f"records[{index}] timestamp delta", delta, _INT64)
             parts: list[bytes] = []
             _encode_record(parts, index, RecordInput(key, value, headers, timestamp_ms), delta)
-            buffer += b"".join(parts)
+            self.parts.extend(parts)
+            added = sum(len(part) for part in parts)
         self.count = index + 1
-        return len(buffer) - before
+        self.size += added
+        return added
 
     def build(self, *, base_offset: int = 0,
               partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
@@ -1280,9 +1278,9 @@ class RecordsBuilder:
         _check_range("producer_epoch", producer_epoch, _INT16)
         _check_range("base_sequence", base_sequence, _INT32)
         codec = CompressionType(compression)
-        section: bytes | bytearray = self.buffer
+        section = b"".join(self.parts)
         if codec is not CompressionType.NONE:
-            section = codecs.compress(codec, bytes(section))
+            section = codecs.compress(codec, section)
         return _seal(section, count=self.count, base_offset=base_offset,
                      partition_leader_epoch=partition_leader_epoch, codec=codec,
                      ts_type=TimestampType.CREATE_TIME, base_timestamp=self.base_timestamp,
