@@ -120,3 +120,75 @@ def test_a_node_between_fork_and_exec_counts_as_running(tmp_path: pathlib.Path) 
     finally:
         other.kill()
         other.wait()
+
+
+def test_broker_config_overrides_reach_every_broker_and_cluster_json(
+        tmp_path: pathlib.Path) -> None:
+    layout = dev_process.create_or_load(
+        tmp_path, controllers=None, brokers=None, base_port=None, with_admin=True,
+        broker_config=(("num.replica.fetchers", "2"), ("replica.lag.time.max.ms", "30000")))
+    for node in layout.of_role(lay.Role.BROKER):
+        text = layout.config_text(node)
+        assert "num.replica.fetchers=2" in text
+        # After dev up's own defaults, so it wins over them.
+        assert "replica.lag.time.max.ms=30000" in text
+        assert "replica.lag.time.max.ms=10000" not in text
+        raw, sources = kconfig.parse_properties(text)
+        cfg = broker_process.BROKER_CONFIG.parse(raw, sources=sources)
+        assert cfg.unused() == () and cfg.get_int("num.replica.fetchers") == 2
+    assert "num.replica.fetchers" not in layout.config_text(layout.find("controller-1"))
+    assert lay.load(tmp_path) == layout  # kept in cluster.json
+    # Another dev up without the flag keeps them; with it, replaces them.
+    assert dev_process.create_or_load(tmp_path, controllers=None, brokers=None,
+                                      base_port=None, with_admin=True) == layout
+    changed = dev_process.create_or_load(tmp_path, controllers=None, brokers=None,
+                                         base_port=None, with_admin=True, broker_config=())
+    assert changed.broker_config == () and lay.load(tmp_path) == changed
+    assert changed.cluster_id == layout.cluster_id
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ((("node.id", "7"),), "set by dev up itself"),
+    ((("log.dirs", "/tmp/x"),), "set by dev up itself"),
+    ((("Bad Name", "1"),), "not a config name"),
+    ((("a.b", "1\nnode.id=9"),), "spans lines"),
+    ((("a.b", "1"), ("a.b", "2")), "given twice"),
+])
+def test_bad_broker_config_overrides_are_refused(tmp_path: pathlib.Path,
+                                                 settings: tuple[tuple[str, str], ...],
+                                                 message: str) -> None:
+    with pytest.raises(errors.ConfigError, match=message):
+        make(tmp_path, broker_config=settings)
+    assert not (tmp_path / lay.LAYOUT_FILE).exists()
+
+
+def test_broker_config_flag_parsing_and_old_cluster_json(tmp_path: pathlib.Path) -> None:
+    assert lay.parse_setting("num.replica.fetchers=2") == ("num.replica.fetchers", "2")
+    assert lay.parse_setting(" a.b = x=y ") == ("a.b", "x=y")
+    for bad in ("novalue", "=3", ""):
+        with pytest.raises(errors.ConfigError, match="KEY=VALUE"):
+            lay.parse_setting(bad)
+    # A cluster.json from before the flag has no brokerConfig: no overrides.
+    old = make(tmp_path).to_json().replace(',\n  "brokerConfig": {}', "")
+    assert "brokerConfig" not in old
+    (tmp_path / lay.LAYOUT_FILE).write_text(old)
+    assert lay.load(tmp_path) == make(tmp_path)
+    (tmp_path / lay.LAYOUT_FILE).write_text(
+        make(tmp_path).to_json().replace('"brokerConfig": {}', '"brokerConfig": {"node.id": "3"}'))
+    with pytest.raises(errors.ConfigError, match=r"cluster\.json: .*set by dev up itself"):
+        lay.load(tmp_path)
+    (tmp_path / lay.LAYOUT_FILE).write_text(
+        make(tmp_path).to_json().replace('"brokerConfig": {}', '"brokerConfig": ["x"]'))
+    with pytest.raises(errors.ConfigError, match="brokerConfig must map names to strings"):
+        lay.load(tmp_path)
+
+
+def test_dev_up_refuses_a_bad_broker_config_before_starting_anything(
+        tmp_path: pathlib.Path) -> None:
+    for flag, message in (("novalue", "wants KEY=VALUE"), ("listeners=X://h:1", "set by dev up")):
+        done = subprocess.run([sys.executable, "-m", "kraftlog", "dev", "up", "--dir",
+                               str(tmp_path), "--broker-config", flag],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 1 and message in done.stderr, done.stderr
+        assert done.stderr.startswith("kraftlog: error:")
+        assert not (tmp_path / lay.LAYOUT_FILE).exists() and not list(tmp_path.glob("*.pid"))

@@ -40,10 +40,20 @@ def _say(line: str) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    settings = (None if args.broker_config is None
+                else tuple(lay.parse_setting(text) for text in args.broker_config))
+    before = lay.load(_directory(args))
     layout = proc.create_or_load(_directory(args), controllers=args.controllers,
                                  brokers=args.brokers, base_port=args.base_port,
-                                 with_admin=not args.no_admin)
+                                 with_admin=not args.no_admin, broker_config=settings)
     _say(f"dev cluster {layout.cluster_id} in {layout.directory}")
+    if before is not None and before.broker_config != layout.broker_config:
+        running = [n.name for n in layout.of_role(lay.Role.BROKER)
+                   if proc.running_pid(layout, n) is not None]
+        _say("broker settings now: " + (", ".join(f"{k}={v}" for k, v in layout.broker_config)
+                                        or "dev up's defaults")
+             + (f"; {', '.join(running)} keep the old ones until 'kraftlog dev restart NODE'"
+                if running else ""))
     for node in layout.nodes:
         was = proc.running_pid(layout, node)
         formatted = proc.ensure_formatted(layout, node)
@@ -262,6 +272,9 @@ def register(subparsers: Any) -> None:
     up.add_argument("--base-port", type=int, default=None, metavar="PORT",
                     help=f"admin on PORT, controllers on PORT+1.., brokers on PORT+11.. "
                          f"(first start only; default {lay.DEFAULT_BASE_PORT})")
+    up.add_argument("--broker-config", action="append", metavar="KEY=VALUE",
+                    help="a broker setting (repeatable), e.g. num.replica.fetchers=2; kept "
+                    "in cluster.json; on an existing cluster it replaces the stored ones")
     up.add_argument("--no-admin", action="store_true",
                     help="do not run the admin service (first start only)")
     up.add_argument("--timeout-s", type=_positive_seconds, default=90.0, metavar="S",

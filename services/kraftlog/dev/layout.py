@@ -2,7 +2,8 @@
 
 A dev cluster lives in one directory, like a StatefulSet's pods with their volumes::
 
-    <dir>/cluster.json               this layout (written by the first ``dev up``)
+    <dir>/cluster.json               this layout (written by the first ``dev up``; a later
+                                     ``dev up --broker-config`` replaces its broker settings)
     <dir>/controller-1/              node 1's metadata log dir (formatted once)
     <dir>/controller-1.properties    its server.properties
     <dir>/controller-1.log           its stdout/stderr
@@ -20,6 +21,7 @@ import dataclasses
 import enum
 import json
 import pathlib
+import re
 from collections.abc import Mapping
 
 from kraftlog import errors
@@ -48,6 +50,36 @@ BROKER_SETTINGS: Mapping[str, object] = {
     "replication.quota.window.num": 2,
     "controller.quorum.fetch.timeout.ms": 2000,
 }
+
+
+DEV_MANAGED_BROKER_KEYS = ("node.id", "process.roles", "controller.quorum.voters",
+                           "listeners", "log.dirs")
+"""Broker settings ``dev up`` writes itself (from the layout), never overridden."""
+_SETTING_NAME = re.compile(r"[a-z][a-z0-9._-]*")
+
+
+def parse_setting(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` (``--broker-config``) as a pair; ConfigError naming what is wrong."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise errors.ConfigError(f"--broker-config wants KEY=VALUE, got {text!r}")
+    return key, value.strip()
+
+
+def _check_broker_config(settings: tuple[tuple[str, str], ...]) -> None:
+    for key, value in settings:
+        if not _SETTING_NAME.fullmatch(key):
+            raise errors.ConfigError(f"--broker-config: {key!r} is not a config name "
+                                     "(lower case, digits, '.', '_', '-')")
+        if key in DEV_MANAGED_BROKER_KEYS:
+            raise errors.ConfigError(f"--broker-config: {key} is set by dev up itself "
+                                     f"({', '.join(DEV_MANAGED_BROKER_KEYS)})")
+        if "\n" in value or "\r" in value:
+            raise errors.ConfigError(f"--broker-config: the value of {key} spans lines")
+    keys = [key for key, _ in settings]
+    if len(set(keys)) != len(keys):
+        raise errors.ConfigError(f"--broker-config: a key given twice in {keys}")
 
 
 class Role(enum.Enum):
@@ -81,8 +113,11 @@ class Layout:
     base_port: int = DEFAULT_BASE_PORT
     host: str = "127.0.0.1"
     with_admin: bool = True
+    broker_config: tuple[tuple[str, str], ...] = ()
+    """``--broker-config`` settings: every broker's properties, after dev up's defaults."""
 
     def __post_init__(self) -> None:
+        _check_broker_config(self.broker_config)
         if self.controllers not in CONTROLLER_COUNTS:
             raise errors.ConfigError(f"--controllers must be one of {CONTROLLER_COUNTS}, "
                                      f"not {self.controllers}")
@@ -164,8 +199,8 @@ class Layout:
                       f"controller.quorum.voters={self.voters}",
                       f"listeners=PLAINTEXT://{self.endpoint(node)}",
                       f"log.dirs={self.data_dir(node)}"]
-            lines += [f"{k}={v}" for k, v in {**BROKER_SETTINGS,
-                                                **self.topic_defaults}.items()]
+            lines += [f"{k}={v}" for k, v in {**BROKER_SETTINGS, **self.topic_defaults,
+                                                **dict(self.broker_config)}.items()]
         else:
             lines += [f"controller.quorum.voters={self.voters}",
                       f"listeners=ADMIN://{self.endpoint(node)}"]
@@ -177,7 +212,8 @@ class Layout:
         return json.dumps({"version": LAYOUT_VERSION, "clusterId": self.cluster_id,
                            "controllers": self.controllers, "brokers": self.brokers,
                            "basePort": self.base_port, "host": self.host,
-                           "admin": self.with_admin}, indent=2) + "\n"
+                           "admin": self.with_admin,
+                           "brokerConfig": dict(self.broker_config)}, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, directory: pathlib.Path, text: str) -> Layout:
@@ -201,7 +237,15 @@ class Layout:
             if type(fields[key]) is not kind:
                 raise errors.ConfigError(f"{where}: {key} must be a {kind.__name__}, "
                                          f"not {fields[key]!r}")
-        return cls(directory=directory, **fields)
+        settings = data.get("brokerConfig", {})  # absent in files from before the flag
+        if not isinstance(settings, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in settings.items()):
+            raise errors.ConfigError(f"{where}: brokerConfig must map names to strings, "
+                                     f"not {settings!r}")
+        try:
+            return cls(directory=directory, broker_config=tuple(settings.items()), **fields)
+        except errors.ConfigError as exc:
+            raise errors.ConfigError(f"{where}: {exc}") from None
 
 
 def load(directory: pathlib.Path) -> Layout | None:

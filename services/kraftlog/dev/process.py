@@ -44,18 +44,26 @@ FORMAT_TIMEOUT_S = 60.0
 
 
 def create_or_load(directory: pathlib.Path, *, controllers: int | None, brokers: int | None,
-                   base_port: int | None, with_admin: bool) -> lay.Layout:
-    """The cluster kept in ``directory``, created (cluster id, ``cluster.json``) if new."""
+                   base_port: int | None, with_admin: bool,
+                   broker_config: tuple[tuple[str, str], ...] | None = None) -> lay.Layout:
+    """The cluster kept in ``directory``, created (cluster id, ``cluster.json``) if new.
+
+    ``broker_config`` (None: keep what is stored) replaces an existing cluster's broker
+    settings; brokers write their properties when they start, so running ones keep the
+    old settings until restarted."""
     stored = lay.load(directory)
     if stored is not None:
         lay.check_same_shape(stored, controllers=controllers, brokers=brokers,
                              base_port=base_port)
-        return stored
-    layout = lay.Layout(directory=directory, cluster_id=str(kuuid.random_uuid()),
-                        controllers=3 if controllers is None else controllers,
-                        brokers=3 if brokers is None else brokers,
-                        base_port=lay.DEFAULT_BASE_PORT if base_port is None else base_port,
-                        with_admin=with_admin)
+        if broker_config is None or broker_config == stored.broker_config:
+            return stored
+        layout = dataclasses.replace(stored, broker_config=broker_config)
+    else:
+        layout = lay.Layout(directory=directory, cluster_id=str(kuuid.random_uuid()),
+                            controllers=3 if controllers is None else controllers,
+                            brokers=3 if brokers is None else brokers,
+                            base_port=lay.DEFAULT_BASE_PORT if base_port is None else base_port,
+                            with_admin=with_admin, broker_config=broker_config or ())
     try:
         directory.mkdir(parents=True, exist_ok=True)
         atomic_file.write_atomically(directory / lay.LAYOUT_FILE, layout.to_json().encode())
