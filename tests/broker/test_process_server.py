@@ -220,11 +220,10 @@ def test_bad_acks_answer_invalid_required_acks(tmp_path: pathlib.Path, acks: int
         common_pb2.INVALID_REQUIRED_ACKS
 
 
-def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
-        tmp_path: pathlib.Path) -> None:
-    """A follower (broker 2) fetching from broker 1 over loopback gRPC; a partition added
-    while its Fetch is parked at the leader joins the next Fetch (the parked one is cut)."""
-    tp1 = TopicPartition(topic=TP.topic, partition=1)
+def leader_and_follower_of_two_partitions(tmp_path: pathlib.Path, tp1: TopicPartition
+                                          ) -> tuple[Broker, rm.ReplicaManager]:
+    """Broker 1 leads TP and ``tp1`` (replicas 1, 2; ISR both); broker 2's replica manager
+    follows both (its fetchers are the test's)."""
     leader = Broker(tmp_path / "leader", isr=(1, 2), min_isr=1)
     second = open_partition(tmp_path / "leader" / tp1.dir_name, 1, index=1)
     leader.manager.add_partition(second)
@@ -238,6 +237,15 @@ def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
         follower.transition_replica(tp, rm.ReplicaState.ONLINE_REPLICA)
         follower.make_follower(tp, leader_id=1, leader_epoch=0, partition_epoch=0,
                                replicas=(1, 2))
+    return leader, follower
+
+
+def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
+        tmp_path: pathlib.Path) -> None:
+    """A follower (broker 2) fetching from broker 1 over loopback gRPC; a partition added
+    while its Fetch is parked at the leader joins the next Fetch (the parked one is cut)."""
+    tp1 = TopicPartition(topic=TP.topic, partition=1)
+    leader, follower = leader_and_follower_of_two_partitions(tmp_path, tp1)
 
     def target(tp: TopicPartition) -> rc.FetchTarget:
         return rc.FetchTarget(topic_partition=tp, topic_id=TOPIC_ID, leader_id=1, leader_epoch=0)
@@ -427,19 +435,7 @@ def test_partitions_spread_over_num_replica_fetchers_and_follow_a_resize(
     the same leader; resized to 1, both move to one fetcher and keep replicating; a
     bad count is refused."""
     tp1 = TopicPartition(topic=TP.topic, partition=1)
-    leader = Broker(tmp_path / "leader", isr=(1, 2), min_isr=1)
-    second = open_partition(tmp_path / "leader" / tp1.dir_name, 1, index=1)
-    leader.manager.add_partition(second)
-    leader.manager.transition_replica(tp1, rm.ReplicaState.ONLINE_REPLICA)
-    leader.manager.make_leader(tp1, leader_epoch=0, partition_epoch=0, replicas=(1, 2),
-                               isr=(1, 2), now_ms=leader.data.now_ms())
-    follower = rm.ReplicaManager(broker_id=2)
-    for tp in (TP, tp1):
-        replica = open_partition(tmp_path / "follower" / tp.dir_name, 2, index=tp.partition)
-        follower.add_partition(replica)
-        follower.transition_replica(tp, rm.ReplicaState.ONLINE_REPLICA)
-        follower.make_follower(tp, leader_id=1, leader_epoch=0, partition_epoch=0,
-                               replicas=(1, 2))
+    leader, follower = leader_and_follower_of_two_partitions(tmp_path, tp1)
 
     def produce(partition: int, value: bytes) -> Any:
         return leader.servicer.Produce(broker_pb2.ProduceRequest(
