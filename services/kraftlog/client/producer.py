@@ -20,10 +20,12 @@ producer needs) resolving to a :class:`RecordMetadata`, or raising a
 (:class:`kraftlog.storage.record_batch.RecordsBuilder`). One background *sender* thread
 drains ready batches (``batch.size`` reached, ``linger.ms`` passed, or a flush), seals
 each as a Kafka RecordBatch v2 (header and CRC, with ``compression.type``), and sends
-one Produce RPC per leader broker carrying every ready partition it leads, without waiting for other brokers (gRPC futures). A partition may have up to
+one Produce RPC per leader broker carrying every ready partition it leads, without
+waiting for other brokers (gRPC futures). A partition may have up to
 ``max.in.flight.requests.per.connection`` requests unanswered, counted from its
 oldest unanswered one (a window: an answered request after an unanswered one still
-counts, and a batch waiting for its retry keeps its place). Retriable errors (:data:`kraftlog.client.errors.RETRIABLE_CODES`,
+counts, and a batch waiting for its retry keeps its place). Retriable errors
+(:data:`kraftlog.client.errors.RETRIABLE_CODES`,
 connection failures) put a batch back in its queue, in creation order, after
 ``retry.backoff.ms`` and refresh metadata (taking a ``current_leader`` hint,
 KIP-951, at once), until ``retries`` or ``delivery.timeout.ms`` runs out; a
