@@ -14,6 +14,7 @@ from kraftlog.broker import process
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
+from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.topic_partition import TopicPartition
 
@@ -128,6 +129,43 @@ def test_a_topics_configs_govern_its_logs_and_changes_reach_hosted_ones(tmp_path
     reopened = again.open_partition(INFO)
     assert reopened.log.config.segment_bytes == LogConfig().segment_bytes
     again.close([reopened])
+
+
+def test_a_compacted_topics_active_segment_rolls_by_max_compaction_lag(
+        tmp_path: pathlib.Path) -> None:
+    """Kafka (KIP-354): min(segment.ms, max.compaction.lag.ms) for compacted topics, the
+    topic's lag over the broker's log.cleaner.max.compaction.lag.ms; delete-only topics and
+    lags longer than segment.ms leave segment.ms alone."""
+    image = image_with({})
+    logs = local_logs([tmp_path], image=lambda: image)
+    logs.max_compaction_lag_ms = 90_000
+    default_ms = LogConfig().segment_ms
+    cases = [
+        ({"cleanup.policy": "compact"}, 90_000),
+        ({"cleanup.policy": "compact", "max.compaction.lag.ms": "5000"}, 5000),
+        ({"cleanup.policy": "compact,delete", "max.compaction.lag.ms": "5000",
+          "segment.ms": "3000"}, 3000),
+        ({"cleanup.policy": "delete", "max.compaction.lag.ms": "5000"}, default_ms),
+        ({"max.compaction.lag.ms": "5000"}, default_ms),  # the broker's default policy: delete
+        ({"cleanup.policy": "compact", "max.compaction.lag.ms": "soon"}, 90_000),
+    ]
+    for configs, expected in cases:
+        image = image_with(configs)
+        assert logs.log_config_for(TP.topic).segment_ms == expected, configs
+    # The roll itself: an append past the lag starts a new segment.
+    image = image_with({"cleanup.policy": "compact", "max.compaction.lag.ms": "1000"})
+    partition = logs.open_partition(INFO)
+    now = 1_000_000
+
+    def keyed(value: bytes, at_ms: int) -> bytes:
+        return rb.build_batch([rb.RecordInput(key=b"k", value=value, timestamp_ms=at_ms)])
+
+    partition.log.append_as_leader(keyed(b"a", now), leader_epoch=0, now_ms=now)
+    partition.log.append_as_leader(keyed(b"b", now + 500), leader_epoch=0, now_ms=now + 500)
+    assert len(partition.log.segments) == 1
+    partition.log.append_as_leader(keyed(b"c", now + 1500), leader_epoch=0, now_ms=now + 1500)
+    assert len(partition.log.segments) == 2
+    logs.close([partition])
 
 
 def test_checkpoints_are_read_when_planned_and_a_failing_dir_is_reported_once(

@@ -262,10 +262,15 @@ class LocalLogs:
 
     def __init__(self, *, broker_id: int, log_dirs: list[pathlib.Path], log_config: LogConfig,
                  partition_config: partition_mod.PartitionConfig,
-                 image: Callable[[], im.MetadataImage]) -> None:
+                 image: Callable[[], im.MetadataImage],
+                 max_compaction_lag_ms: int = storage_cleaner.DEFAULT_MAX_COMPACTION_LAG_MS,
+                 ) -> None:
         self.broker_id = broker_id
         self.log_dirs = log_dirs
         self.log_config = log_config
+        self.max_compaction_lag_ms = max_compaction_lag_ms
+        """``log.cleaner.max.compaction.lag.ms``: topics without their own
+        ``max.compaction.lag.ms`` take it."""
         self.partition_config = partition_config
         self._image = image
         self._recovered: dict[TopicPartition, tuple[storage_log.Log,
@@ -351,13 +356,27 @@ class LocalLogs:
 
     def log_config_for(self, topic: str) -> LogConfig:
         """The broker's ``log.*`` settings with the topic's (``segment.bytes``,
-        ``retention.ms``, ...) over them, as Kafka builds each log's LogConfig."""
+        ``retention.ms``, ...) over them, as Kafka builds each log's LogConfig.
+
+        A compacted topic's active segment rolls at min(``segment.ms``,
+        ``max.compaction.lag.ms``), as in Kafka (KIP-354): the cleaner never touches the
+        active segment, so a record could otherwise stay uncompacted past the lag."""
+        topic_configs = self._image().configs.topic_configs(topic)
         try:
-            return self.log_config.with_overrides(self._image().configs.topic_configs(topic))
+            config = self.log_config.with_overrides(topic_configs)
         except errors.ConfigError as exc:
             logger.warning("broker=%d topic=%s event=invalid_topic_config error=%r action=defaults",
                            self.broker_id, topic, str(exc))
-            return self.log_config
+            config = self.log_config
+        if not self.partition_config_for(topic).compacted:
+            return config
+        lag = self.max_compaction_lag_ms
+        value = topic_configs.get("max.compaction.lag.ms")
+        if value is not None and value.strip().isdigit() and int(value) >= 1:
+            lag = int(value)
+        if lag < config.segment_ms:
+            return dataclasses.replace(config, segment_ms=lag)
+        return config
 
     def apply_topic_configs(self, partitions: Iterable[partition_mod.Partition]) -> None:
         """Topic configs changed: every hosted log and partition takes its topic's new ones."""
@@ -675,7 +694,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                      log_config=LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
                                           retention_ms=cfg.get_int("log.retention.ms"),
                                           retention_bytes=cfg.get_int("log.retention.bytes")),
-                     partition_config=partition_config, image=lambda: loader.image)
+                     partition_config=partition_config, image=lambda: loader.image,
+                     max_compaction_lag_ms=cfg.get_int("log.cleaner.max.compaction.lag.ms"))
     previous_broker_epoch = clean_shutdown.take(log_dirs)
     logs.recover_all()
     for failed_dir, reason in logs.startup_failures.items():
