@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from broker_harness import TOPIC_ID, TP, batch
 
+from kraftlog import config as kconfig
+from kraftlog import errors
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import process
 from kraftlog.error_codes import ErrorCode
@@ -205,3 +207,20 @@ def test_checkpoints_are_read_when_planned_and_a_failing_dir_is_reported_once(
     assert [d for d, *_ in logs.plan_checkpoints({TP: 3}, [first])] == [good, good, good]
     monkeypatch.undo()
     logs.close([first, second])
+
+
+def test_the_broker_file_sets_every_logs_defaults_including_log_roll_ms() -> None:
+    def parsed(props: dict[str, str]) -> LogConfig:
+        raw, sources = kconfig.parse_properties("".join(f"{k}={v}\n" for k, v in props.items()))
+        return process.broker_log_config(process.BROKER_CONFIG.parse(raw, sources=sources))
+
+    base = {"node.id": "1", "process.roles": "broker", "log.dirs": "/tmp/x",
+            "controller.quorum.voters": "1@127.0.0.1:9093",
+            "listeners": "PLAINTEXT://127.0.0.1:9092"}
+    assert parsed(base).segment_ms == LogConfig().segment_ms
+    custom = parsed({**base, "log.roll.ms": "60000", "log.segment.bytes": "1048576",
+                     "log.retention.ms": "-1", "log.retention.bytes": "4096"})
+    assert (custom.segment_ms, custom.segment_bytes, custom.retention_ms,
+            custom.retention_bytes) == (60000, 1048576, -1, 4096)
+    with pytest.raises(errors.ConfigError, match=r"log\.roll\.ms"):
+        parsed({**base, "log.roll.ms": "0"})

@@ -194,6 +194,9 @@ BROKER_CONFIG = kconfig.ConfigDef([
                       doc="used by the controller; accepted so one file serves both roles"),
     kconfig.ConfigKey(name="log.segment.bytes", type=_I, default=LogConfig().segment_bytes,
                       validator=kconfig.at_least(1), doc="segment size, bytes"),
+    kconfig.ConfigKey(name="log.roll.ms", type=_LONG, default=LogConfig().segment_ms,
+                      validator=kconfig.at_least(1),
+                      doc="ms after which the active segment rolls (topics: segment.ms)"),
     kconfig.ConfigKey(name="log.retention.ms", type=_LONG, default=LogConfig().retention_ms,
                       doc="ms after which segments are deleted; -1 = keep forever"),
     kconfig.ConfigKey(name="log.retention.bytes", type=_LONG, default=-1,
@@ -255,6 +258,14 @@ def check_log_dir(directory: pathlib.Path, node_id: int, cluster_id: str | None
             f"{meta_properties.properties_path(directory)} is for cluster {props.cluster_id}, "
             f"the metadata log dir for {cluster_id}")
     return props
+
+
+def broker_log_config(cfg: kconfig.Config) -> LogConfig:
+    """The broker's defaults for every partition log (topics override them)."""
+    return LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
+                     segment_ms=cfg.get_int("log.roll.ms"),
+                     retention_ms=cfg.get_int("log.retention.ms"),
+                     retention_bytes=cfg.get_int("log.retention.bytes"))
 
 
 class LocalLogs:
@@ -691,9 +702,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         max_message_bytes=cfg.get_int("message.max.bytes"),
         compacted=storage_cleaner.is_compacted(cfg.get_list("log.cleanup.policy")))
     logs = LocalLogs(broker_id=node_id, log_dirs=log_dirs,
-                     log_config=LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
-                                          retention_ms=cfg.get_int("log.retention.ms"),
-                                          retention_bytes=cfg.get_int("log.retention.bytes")),
+                     log_config=broker_log_config(cfg),
                      partition_config=partition_config, image=lambda: loader.image,
                      max_compaction_lag_ms=cfg.get_int("log.cleaner.max.compaction.lag.ms"))
     previous_broker_epoch = clean_shutdown.take(log_dirs)
