@@ -221,6 +221,49 @@ def test_records_decoded_as_a_callers_type_are_records_plus_the_tail(
         assert [r.offset for r in tagged] == list(range(40, 40 + len(records)))
 
 
+@settings(max_examples=200, deadline=None)
+@given(records=_records, prefix=st.binary(max_size=40), suffix=st.binary(max_size=40),
+       mutate=st.none() | st.integers(0, 1 << 20), flip=st.integers(1, 255))
+def test_a_batch_inside_a_bytes_buffer_decodes_in_place_as_from_a_copy(
+        records: list[RecordInput], prefix: bytes, suffix: bytes, mutate: int | None,
+        flip: int) -> None:
+    """Records sliced straight out of a larger ``bytes`` (a Fetch answer) are what a copy of
+    the batch decodes to, and a corrupt record fails the same way: the bytes around the
+    batch are never read as part of it."""
+    batch = bytearray(rb.build_batch(records, base_offset=7))
+    if mutate is not None:  # a record byte changed and the CRC fixed
+        batch[rb.RECORDS_OFFSET + mutate % (len(batch) - rb.RECORDS_OFFSET)] ^= flip
+        struct.pack_into(">I", batch, rb.CRC_OFFSET, rb.BatchHeader(bytes(batch)).compute_crc())
+    whole = prefix + bytes(batch) + suffix
+    start, end = len(prefix), len(prefix) + len(batch)
+    [in_place] = rb.iter_batches(whole, start, end)
+    [copied] = rb.iter_batches(bytearray(whole), start, end)  # not bytes: decoded from a copy
+
+    def outcome(header: rb.BatchHeader) -> object:
+        try:
+            return rb.decode_batch_records(header, _Tagged, ("t", 3))
+        except CorruptRecordError as exc:
+            return (str(exc), exc.position)
+
+    assert outcome(in_place) == outcome(copied)
+    if mutate is None:
+        decoded = outcome(in_place)
+        assert isinstance(decoded, list)
+        assert [(r.key, r.value) for r in decoded] == [(r.key, r.value) for r in records]
+        assert all(r.value is None or type(r.value) is bytes for r in decoded)
+
+
+def test_iter_batches_stops_at_the_given_end() -> None:
+    one = rb.build_batch([RecordInput(value=b"a")])
+    two = rb.build_batch([RecordInput(value=b"b")], base_offset=1)
+    data = b"xx" + one + two
+    assert [h.base_offset for h in rb.iter_batches(data, 2)] == [0, 1]
+    assert [h.base_offset for h in rb.iter_batches(data, 2, 2 + len(one))] == [0]
+    assert [h.base_offset for h in rb.iter_batches(data, 2, 2 + len(one) + 5)] == [0]
+    with pytest.raises(ValueError, match="outside"):
+        list(rb.iter_batches(data, 2, len(data) + 1))
+
+
 def test_decode_batch_records_checks_the_crc() -> None:
     data = bytearray(rb.build_batch([RecordInput(value=b"v")]))
     data[-1] ^= 1

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import threading
 import time
 from collections import deque
@@ -60,6 +61,7 @@ from typing import Any, NamedTuple
 import grpc
 
 from kraftlog.client import errors as client_errors
+from kraftlog.client import fetch_wire
 from kraftlog.client import metadata_client as md
 from kraftlog.client.config import ConsumerConfig, OffsetReset
 from kraftlog.error_codes import ErrorCode
@@ -67,6 +69,8 @@ from kraftlog.errors import CorruptRecordError
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, common_pb2
+
+logger = logging.getLogger(__name__)
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -740,7 +744,7 @@ class Consumer:
             min_bytes=self.config.fetch_min_bytes, max_bytes=self.config.fetch_max_bytes,
             topics=[broker_pb2.FetchRequest.FetchTopic(topic=name, partitions=parts)
                     for name, parts in topics.items()])
-        future = self._channels.stub(slot[0]).Fetch.future(
+        future = self._channels.raw_fetch(slot[0]).future(
             request, timeout=max_wait_ms / 1000 + self.config.request_timeout_ms / 1000)
         self._in_flight[slot] = (future, offsets)
 
@@ -769,7 +773,9 @@ class Consumer:
                       offsets: Mapping[TopicPartition, int]) -> None:
         backoff = _now() + self.config.retry_backoff_ms / 1000
         try:
-            answer: broker_pb2.FetchResponse = future.result()
+            data: bytes = future.result()
+            # The answer's bytes, read in place (fetch_wire): no copy of the records.
+            answer = fetch_wire.parse_fetch_response(data)
         except grpc.RpcError as exc:
             del exc
             self.metadata.report_unreachable(address)
@@ -778,34 +784,38 @@ class Consumer:
             return
         except grpc.FutureCancelledError:
             return
-        if client_errors.code_of(answer.error.code) is not ErrorCode.NONE:
+        except ValueError as exc:
+            logger.warning("Fetch answer from %s is not a FetchResponse: %s", address, exc)
+            self.metadata.report_unreachable(address)
+            for tp in offsets:
+                self._backoff_until[tp] = backoff
+            return
+        if client_errors.code_of(answer.error_code) is not ErrorCode.NONE:
             self.metadata.request_update()
             for tp in offsets:
                 self._backoff_until[tp] = backoff
             return
-        for topic in answer.responses:
-            for part in topic.partitions:
-                tp = TopicPartition(topic=topic.topic, partition=part.partition_index)
-                fetched_at = offsets.get(tp)
-                if fetched_at is None or self._fetch_next.get(tp) != fetched_at:
-                    continue  # not asked, or seeked away while the fetch was in flight
-                code = client_errors.code_of(part.error.code)
-                if code is ErrorCode.NONE:
-                    self._high_watermarks[tp] = part.high_watermark
-                    records = part.records  # each read of a bytes field is a copy
-                    if records:
-                        self._buffer(tp, fetched_at, records)
-                elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
-                    self._on_out_of_range(tp, fetched_at)
-                elif client_errors.is_retriable(code) or client_errors.needs_metadata_refresh(code):
-                    self.metadata.request_update()
-                    if part.HasField("current_leader") and self.metadata.apply_leader_hint(
-                            tp, part.current_leader):
-                        continue  # the new leader is known: fetch from it at once
-                    self._backoff_until[tp] = backoff
-                else:
-                    raise client_errors.error_for(code, part.error.message, topic=tp.topic,
-                                                  context=f"Fetch {tp} from {address}")
+        for part in answer.partitions:
+            tp = TopicPartition(topic=part.topic, partition=part.partition_index)
+            fetched_at = offsets.get(tp)
+            if fetched_at is None or self._fetch_next.get(tp) != fetched_at:
+                continue  # not asked, or seeked away while the fetch was in flight
+            code = client_errors.code_of(part.error_code)
+            if code is ErrorCode.NONE:
+                self._high_watermarks[tp] = part.high_watermark
+                if part.records_end > part.records_start:
+                    self._buffer(tp, fetched_at, data, part.records_start, part.records_end)
+            elif code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                self._on_out_of_range(tp, fetched_at)
+            elif client_errors.is_retriable(code) or client_errors.needs_metadata_refresh(code):
+                self.metadata.request_update()
+                if part.current_leader is not None and self.metadata.apply_leader_hint(
+                        tp, part.current_leader):
+                    continue  # the new leader is known: fetch from it at once
+                self._backoff_until[tp] = backoff
+            else:
+                raise client_errors.error_for(code, part.error_message, topic=tp.topic,
+                                              context=f"Fetch {tp} from {address}")
 
     def _on_out_of_range(self, tp: TopicPartition, offset: int) -> None:
         policy = self.config.auto_offset_reset
@@ -818,14 +828,17 @@ class Consumer:
         self._buffers.pop(tp, None)
         self._resets[tp] = _Reset.EARLIEST if policy is OffsetReset.EARLIEST else _Reset.LATEST
 
-    def _buffer(self, tp: TopicPartition, position: int, data: bytes) -> None:
+    def _buffer(self, tp: TopicPartition, position: int, data: bytes, start: int,
+                end: int) -> None:
+        """Decode the records of ``data[start:end]`` (a Fetch answer's range for ``tp``)
+        from ``position`` on and queue them."""
         topic, partition = tp.topic, tp.partition
         last: rb.BatchHeader | None = None
         fetched: list[ConsumerRecord] = []  # buffered only once the whole answer decoded
         try:
             # A Fetch answer may end in a partial batch (cut at the byte limit, as Kafka's
             # consumer tolerates): iter_batches stops before it.
-            for batch in rb.iter_batches(data):
+            for batch in rb.iter_batches(data, start, end):
                 last = batch
                 if batch.is_control or batch.last_offset < position:
                     batch.validate()

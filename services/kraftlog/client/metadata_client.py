@@ -88,16 +88,21 @@ def rpc_error_text(exc: grpc.RpcError) -> str:
     return code.name if code is not None else type(exc).__name__
 
 
+FETCH_METHOD = "/kraftlog.v1.BrokerService/Fetch"
+
+
 class BrokerChannels:
     """Lazily created channels and stubs, one per broker address. Thread-safe."""
 
     def __init__(self, *, retry_backoff_ms: int = 100) -> None:
         self._retry_backoff_ms = max(1, retry_backoff_ms)
         self._lock = threading.Lock()
-        self._stubs: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerServiceStub]] = {}
+        self._stubs: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerServiceStub,
+                                     grpc.UnaryUnaryMultiCallable]] = {}
         self._closed = False
 
-    def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
+    def _entry(self, address: str) -> tuple[grpc.Channel, broker_pb2_grpc.BrokerServiceStub,
+                                            grpc.UnaryUnaryMultiCallable]:
         with self._lock:
             if self._closed:
                 raise client_errors.ClientClosedError("the client is closed")
@@ -107,16 +112,27 @@ class BrokerChannels:
                     grpc.insecure_channel(address, options=transport.channel_options(
                         retry_backoff_ms=self._retry_backoff_ms)),
                     grpc_tracing.SyncDataPathClientInterceptor())
-                entry = (channel, broker_pb2_grpc.BrokerServiceStub(channel))
+                raw_fetch = channel.unary_unary(
+                    FETCH_METHOD, request_serializer=broker_pb2.FetchRequest.SerializeToString,
+                    response_deserializer=None)
+                entry = (channel, broker_pb2_grpc.BrokerServiceStub(channel), raw_fetch)
                 self._stubs[address] = entry
-            return entry[1]
+            return entry
+
+    def stub(self, address: str) -> broker_pb2_grpc.BrokerServiceStub:
+        return self._entry(address)[1]
+
+    def raw_fetch(self, address: str) -> grpc.UnaryUnaryMultiCallable:
+        """BrokerService.Fetch answering the response's bytes, unparsed (the consumer
+        reads them with :mod:`.fetch_wire`)."""
+        return self._entry(address)[2]
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             entries = list(self._stubs.values())
             self._stubs.clear()
-        for channel, _stub in entries:
+        for channel, _stub, _raw in entries:
             channel.close()
 
 

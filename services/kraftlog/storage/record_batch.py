@@ -479,8 +479,12 @@ class BatchHeader:
         )
 
 
-def iter_batches(buf: bytes | bytearray | memoryview, position: int = 0) -> Iterator[BatchHeader]:
-    """Walk consecutive whole batches from ``position``.
+def iter_batches(buf: bytes | bytearray | memoryview, position: int = 0,
+                 end: int | None = None) -> Iterator[BatchHeader]:
+    """Walk consecutive whole batches from ``position`` to ``end`` (default: the end of
+    ``buf``; a part of a larger buffer, e.g. one partition's records in a whole Fetch
+    answer, keeps byte positions, and batch decoding slices values straight out of a
+    ``bytes`` buffer).
 
     Stops without error at an incomplete tail (fewer than 12 bytes, or fewer
     than the batch's declared size; also what a garbage huge length looks like).
@@ -490,7 +494,10 @@ def iter_batches(buf: bytes | bytearray | memoryview, position: int = 0) -> Iter
     """
     _check_range("position", position, (0, varint.INT64_MAX))
     view = _as_view(buf)
-    end = len(view)
+    if end is None:
+        end = len(view)
+    elif not position <= end <= len(view):
+        raise ValueError(f"end={end} is outside [{position}, {len(view)}]")
     pos = position
     unpack_frame = _FRAME.unpack_from
     while end - pos >= LOG_OVERHEAD:
@@ -1347,6 +1354,11 @@ class _Unusual(Exception):
     """Internal: the fast record decoder met something it leaves to the general one."""
 
 
+class _InPlaceGaveUp(Exception):
+    """Internal: a batch decoded in place met something unusual; decode it from a copy
+    (bounded by the batch, so the general decoder's checks and messages apply as ever)."""
+
+
 def _read_varint(data: bytes, pos: int, what: str) -> tuple[int, int]:
     try:
         return varint.decode_varint(data, pos)
@@ -1462,7 +1474,7 @@ def _decode_records_general(
 
 def _decode_records(
     data: bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None,
-    record_type: type[Any] = Record, tail: tuple[Any, ...] = (),
+    record_type: type[Any] = Record, tail: tuple[Any, ...] = (), section: slice | None = None,
 ) -> list[Any]:
     """:func:`_decode_records_general`'s result, with a fast path per record.
 
@@ -1484,8 +1496,12 @@ def _decode_records(
     records: list[Any] = []
     append = records.append
     new_record = tuple.__new__
-    pos = 0
-    end = len(data)
+    # In place (``section``: where the records lie in a larger ``data``, e.g. a whole Fetch
+    # answer): only the fast path runs, every record bounded by ``section.stop``; anything
+    # else raises _InPlaceGaveUp, and the caller decodes a copy of the section instead.
+    in_place = section is not None
+    pos = 0 if section is None else section.start
+    end = len(data) if section is None else section.stop
     no_headers: tuple[Header, ...] = ()
     for index in range(count):
         start = pos
@@ -1579,10 +1595,18 @@ def _decode_records(
                       else base_timestamp + timestamp_delta,
                       key, value, headers)
             append(new_record(record_type, fields + tail))  # cheaper than (*fields, *tail)
+        except _RecordsCorrupt:  # from _decode_headers: bounded by the record, not the batch
+            if in_place:
+                raise _InPlaceGaveUp from None
+            raise
         except (_Unusual, IndexError):
+            if in_place:
+                raise _InPlaceGaveUp from None
             record, pos = _decode_record(
                 data, start, index, count, base_offset, base_timestamp, log_append_time)
             append(new_record(record_type, record + tail))
+    if in_place and pos != end:
+        raise _InPlaceGaveUp
     _check_section_end(pos, end, count)
     return records
 
@@ -1655,6 +1679,21 @@ def _decode_section(
         raise CorruptRecordError(
             f"batch at byte {position} has negative record count {count}", position=position
         )
+    log_append_time = max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None
+    view = header._buf
+    owner = view.obj
+    if codec is CompressionType.NONE and type(owner) is bytes and view.nbytes == len(owner):
+        # The batch lies in a bytes object (a Fetch answer): keys and values are sliced
+        # straight out of it, without a copy of the section first.
+        try:
+            records = _decode_records(
+                owner, count, base_offset, base_timestamp, log_append_time, record_type, tail,
+                slice(position + RECORDS_OFFSET, position + LOG_OVERHEAD + batch_length))
+            return (base_offset, batch_length, epoch, magic, crc, attributes,
+                    last_offset_delta, base_timestamp, max_timestamp, producer_id,
+                    producer_epoch, base_sequence, count), records
+        except _InPlaceGaveUp:
+            pass
     section = header.records_view
     if codec is CompressionType.NONE:
         data = bytes(section)
@@ -1673,7 +1712,6 @@ def _decode_section(
             ) from exc
         where = f"decompressed {codec.name} records section"
         section_start = -1
-    log_append_time = max_timestamp if attributes & TIMESTAMP_TYPE_MASK else None
     try:
         records = _decode_records(data, count, base_offset, base_timestamp, log_append_time,
                                   record_type, tail)
