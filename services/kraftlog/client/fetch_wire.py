@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
+from kraftlog.storage import varint
 from kraftlog.v1 import common_pb2
 
 _VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
@@ -47,22 +48,6 @@ class FetchAnswer(NamedTuple):
     partitions: list[PartitionAnswer]
 
 
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            raise ValueError(f"a varint runs past its message's end at byte {pos}")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ValueError(f"a varint longer than 10 bytes ends at byte {pos}")
-
-
 def _int64(value: int) -> int:
     """An int64 field's value (negative ones are sent as 64-bit two's complement)."""
     value &= (1 << 64) - 1
@@ -80,15 +65,15 @@ def _fields(data: bytes, pos: int, end: int) -> list[tuple[int, int, int, int]]:
     end) with ``value`` for varints and ``start``/``end`` of the payload otherwise."""
     out: list[tuple[int, int, int, int]] = []
     while pos < end:
-        key, pos = _varint(data, pos, end)
+        key, pos = varint.decode_unsigned(data, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise ValueError(f"field number 0 at byte {pos}")
         if wire == _VARINT:
-            value, pos = _varint(data, pos, end)
+            value, pos = varint.decode_unsigned(data, pos, end)
             out.append((number, wire, value, pos))
         elif wire == _LEN:
-            size, pos = _varint(data, pos, end)
+            size, pos = varint.decode_unsigned(data, pos, end)
             if size > end - pos:
                 raise ValueError(f"field {number} of {size} bytes at byte {pos} runs past "
                                  f"its message's end ({end})")

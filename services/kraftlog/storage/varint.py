@@ -92,11 +92,14 @@ def size_of_varint(value: int) -> int:
     return size
 
 
-def _decode(buf: bytes, position: int, max_bytes: int, limit: int, what: str) -> tuple[int, int]:
+def decode_unsigned(buf: bytes, position: int, end: int, *, max_bytes: int = 10,
+                    what: str = "varint") -> tuple[int, int]:
+    """A plain (not zigzag) base-128 varint at ``position``, read no further than ``end``:
+    ``(value, next_position)`` (protobuf's wire format uses these). Raises ValueError
+    naming the byte when it runs past ``end`` or is longer than ``max_bytes``."""
     raw = 0
     shift = 0
     pos = position
-    end = len(buf)
     for _ in range(max_bytes):
         if pos >= end:
             raise ValueError(f"truncated {what} at byte {position}")
@@ -104,11 +107,16 @@ def _decode(buf: bytes, position: int, max_bytes: int, limit: int, what: str) ->
         pos += 1
         raw |= (byte & 0x7F) << shift
         if byte < 0x80:
-            if raw > limit:
-                raise ValueError(f"{what} at byte {position} overflows its width")
-            return (raw >> 1) ^ -(raw & 1), pos
+            return raw, pos
         shift += 7
     raise ValueError(f"{what} at byte {position} is longer than {max_bytes} bytes")
+
+
+def _decode(buf: bytes, position: int, max_bytes: int, limit: int, what: str) -> tuple[int, int]:
+    raw, pos = decode_unsigned(buf, position, len(buf), max_bytes=max_bytes, what=what)
+    if raw > limit:
+        raise ValueError(f"{what} at byte {position} overflows its width")
+    return (raw >> 1) ^ -(raw & 1), pos
 
 
 def decode_varint(buf: bytes, position: int) -> tuple[int, int]:
