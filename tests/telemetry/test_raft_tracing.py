@@ -292,3 +292,31 @@ def test_a_failing_tracer_costs_spans_not_the_node(caplog: pytest.LogCaptureFixt
         answered(answer(True, 1))
     # on_event and inbound failed and said so; send_context had no attempt to trace.
     assert caplog.text.count("event=tracing_failed") == 2
+
+
+def test_a_vote_sent_while_the_pre_vote_to_a_dead_voter_waits_gets_a_span_of_its_own() -> None:
+    """The live voter grants the pre-vote first, so the vote to the dead one goes out while
+    its pre-vote is still waiting to fail: each request's failure lands on its own span."""
+    rec = Recorder()
+    rec.event(K.ROLE_CHANGE, epoch=0, now_ms=1000, detail="Prospective: fetch timeout")
+    rec.event(K.PRE_VOTE_STARTED, epoch=0, now_ms=1000, detail="fetch timeout", granted=(1,))
+    for voter in (2, 3):
+        rec.raft.send_context(voter, vote(1, voter, 1, pre_vote=True))
+    rec.raft.on_send_result(2, vote(1, 2, 1, pre_vote=True), answer(True, 0))
+    rec.event(K.ROLE_CHANGE, epoch=1, now_ms=1010, detail="Candidate: pre-vote granted")
+    rec.event(K.ELECTION_STARTED, epoch=1, now_ms=1010, granted=(1,))
+    for voter in (2, 3):
+        rec.raft.send_context(voter, vote(1, voter, 1, pre_vote=False))
+    rec.raft.on_send_result(2, vote(1, 2, 1, pre_vote=False), answer(True, 1))
+    rec.raft.on_send_result(3, vote(1, 3, 1, pre_vote=True), None)  # connection refused
+    rec.raft.on_send_result(3, vote(1, 3, 1, pre_vote=False), None)
+    to_dead = [s for s in rec.spans("raft.vote_request")
+               if (s.attributes or {})["raft.voter_id"] == 3]
+    assert sorted((s.attributes or {})["raft.pre_vote"] for s in to_dead) == [False, True]
+    assert all(s.status.status_code is StatusCode.ERROR for s in to_dead)
+    # The same request sent again before an answer: the first span ends, unanswered.
+    rec.raft.send_context(2, vote(1, 2, 1, pre_vote=False))
+    rec.raft.send_context(2, vote(1, 2, 1, pre_vote=False))
+    superseded = [s for s in rec.spans("raft.vote_request")
+                  if s.status.description == "no answer before it was sent again"]
+    assert len(superseded) == 1 and superseded[0].status.status_code is StatusCode.ERROR

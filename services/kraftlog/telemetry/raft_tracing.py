@@ -154,6 +154,13 @@ def _answer_scope(span: Span) -> Iterator[Callable[[m.RaftResponse], None]]:
         span.end()
 
 
+def _pending_key(destination: int, request: m.RaftRequest) -> tuple[object, ...]:
+    """Which sent request a span stands for until its answer. A pre-vote and the vote after
+    it are apart: the vote can go out while the pre-vote to a dead voter still waits to
+    fail (the other voters granted it first)."""
+    return (type(request), destination, isinstance(request, m.VoteRequest) and request.pre_vote)
+
+
 def _election_context(caller: SpanContext) -> SpanContext:
     """The leader's election span, named by baggage in the caller's trace; else the caller."""
     span_id = baggage.get_baggage(ELECTION_BAGGAGE_KEY)
@@ -178,9 +185,8 @@ class RaftTracer:
         self.node_id = node_id
         self._on_election_done = on_election_done
         self._attempt: _Attempt | None = None
-        self._pending: dict[tuple[type, int], Span] = {}
-        """(request type, destination) -> the span of the request in flight (the core sends
-        one request at a time per destination)."""
+        self._pending: dict[tuple[object, ...], Span] = {}
+        """:func:`_pending_key` -> the span of that request while it waits for its answer."""
         self._seen_leader = False
         self._cause: str | None = None
         """Why the next attempt starts, when an earlier event knows better (check-quorum)."""
@@ -236,10 +242,12 @@ class RaftTracer:
             span = self._start_end_quorum(destination, request)
         if span is None:
             return None
-        old = self._pending.pop((type(request), destination), None)
-        if old is not None:  # cannot happen (one in flight per destination); never leak
+        key = _pending_key(destination, request)
+        old = self._pending.pop(key, None)
+        if old is not None:  # the same request again before the first was answered
+            old.set_status(Status(StatusCode.ERROR, "no answer before it was sent again"))
             old.end()
-        self._pending[(type(request), destination)] = span
+        self._pending[key] = span
         current = trace.set_span_in_context(span, otel_context.Context())
         if isinstance(request, m.BeginQuorumEpochRequest) and self._won is not None:
             current = baggage.set_baggage(ELECTION_BAGGAGE_KEY,
@@ -253,7 +261,7 @@ class RaftTracer:
                        response: m.RaftResponse | None) -> None:
         if not isinstance(request, _TRACED_SENDS):
             return
-        span = self._pending.pop((type(request), destination), None)
+        span = self._pending.pop(_pending_key(destination, request), None)
         if span is None:
             return
         attempt = self._attempt
