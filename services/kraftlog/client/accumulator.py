@@ -36,14 +36,9 @@ RECORD_OVERHEAD_BYTES = 21
 """Upper bound of a v2 record's framing (length, attributes, deltas, lengths), in bytes."""
 
 
-def estimate_size(record: rb.RecordInput) -> int:
-    """Bytes ``record`` adds to an uncompressed batch, rounded up (used for batch.size)."""
-    return estimate_fields(record.key, record.value, record.headers)
-
-
 def estimate_fields(key: bytes | None, value: bytes | None,
                     headers: tuple[rb.Header, ...]) -> int:
-    """:func:`estimate_size` of a record given by its fields."""
+    """Bytes a record adds to an uncompressed batch, rounded up (used for batch.size)."""
     size = RECORD_OVERHEAD_BYTES
     if key is not None:
         size += len(key)

@@ -114,17 +114,8 @@ class StickyPartitioner:
 
     def on_append(self, topic: str, num_partitions: int, partition: int, size: int) -> None:
         """``size`` bytes went to ``partition``; move on once the sticky one got batch.size."""
-        if self._current.get(topic) != partition:
-            return
-        produced = self._produced.get(topic, 0) + size
-        if produced < self._batch_size:
-            self._produced[topic] = produced
-            return
-        self._produced[topic] = 0
-        if num_partitions <= 1:
-            self._current[topic] = 0
-            return
-        self._current[topic] = self._next(topic, num_partitions, partition)
+        if self._current.get(topic) == partition:
+            self.take(topic, num_partitions, size)
 
     def _next(self, topic: str, num_partitions: int, current: int) -> int:
         """A partition other than ``current``: weighted by queue sizes when known and

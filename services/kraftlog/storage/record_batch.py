@@ -1061,61 +1061,27 @@ def _encode_records_general(
 def _encode_records(
     records: Sequence[RecordInput], *, log_append_time: bool, now_ms: int, is_control: bool
 ) -> tuple[list[bytes], int, int]:
-    """What :func:`_encode_records_general` returns, with a fast path per record.
-
-    A record with bytes (or None) key and value, no headers, and every varint in
-    :data:`varint.NON_NEGATIVE`'s range (lengths and deltas under 16384; a
-    timestamp at or after the batch's first) costs a few tuple lookups and one
-    ``extend``; any other record goes through :func:`_encode_record`, field by field.
-    Checks are the general path's: the fast path only takes values it has
-    proven in range.
-    """
-    small = varint.NON_NEGATIVE
-    n_small = len(small)
-    base_timestamp = _timestamp_of(0, records[0], log_append_time, now_ms)
-    max_timestamp = base_timestamp
-    parts: list[bytes] = []
-    extend = parts.extend
+    """What :func:`_encode_records_general` returns, through :class:`RecordsBuilder`'s fast
+    path per record (its general path, field by field with every check, for anything
+    unusual). Each record's type and timestamp are checked first, as the general
+    encoder checks them, and a control batch's keys."""
+    builder = RecordsBuilder()
+    append = builder.append
     for index, record in enumerate(records):
-        if type(record) is not RecordInput:  # a subclass still works, through the checks
-            timestamp = _timestamp_of(index, record, log_append_time, now_ms)
-            key, value, headers, _ = record
-        else:
-            key, value, headers, timestamp = record  # type: ignore[assignment]
+        if type(record) is RecordInput:  # a subclass still works, through the checks
+            key, value, headers, timestamp = record
             if log_append_time or timestamp is None:
                 timestamp = now_ms
             elif type(timestamp) is not int or not (
                     varint.INT64_MIN <= timestamp <= varint.INT64_MAX):
                 _check_range(f"records[{index}].timestamp_ms", timestamp, _INT64)
+        else:
+            timestamp = _timestamp_of(index, record, log_append_time, now_ms)
+            key, value, headers = record.key, record.value, record.headers
         if is_control:
             _check_control_key(index, key)
-        if timestamp > max_timestamp:
-            max_timestamp = timestamp
-        delta = timestamp - base_timestamp
-        if (not headers and 0 <= delta < n_small and index < n_small
-                and (key is None or (type(key) is bytes and len(key) < n_small))
-                and (value is None or (type(value) is bytes and len(value) < n_small))):
-            if key is None:
-                key_part = b"\x01"  # zigzag(-1): a null key
-                key = b""
-            else:
-                key_part = small[len(key)]
-            if value is None:
-                value_part = b"\x01"
-                value = b""
-            else:
-                value_part = small[len(value)]
-            delta_part = small[delta]
-            index_part = small[index]
-            # attributes + deltas + key length + key + value length + value + header count
-            size = (2 + len(delta_part) + len(index_part) + len(key_part) + len(key)
-                    + len(value_part) + len(value))
-            extend((small[size] if size < n_small else varint.encode_varint(size), b"\x00",
-                    delta_part, index_part, key_part, key, value_part, value, b"\x00"))
-        else:
-            _check_range(f"records[{index}] timestamp delta", delta, _INT64)
-            _encode_record(parts, index, record, delta)
-    return parts, base_timestamp, max_timestamp
+        append(key, value, headers, timestamp)
+    return builder.parts, builder.base_timestamp, builder.max_timestamp
 
 
 def build_batch(
