@@ -10,6 +10,7 @@ import itertools
 import pytest
 
 from kraftlog.client import accumulator as acc
+from kraftlog.errors import InvariantViolation
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 
@@ -129,6 +130,24 @@ def test_records_never_join_a_batch_that_was_sent() -> None:
     sent.attempts = 1
     a.reenqueue([sent], retry_at_ms=0)
     assert put(a, T0, 1, 1) is not sent and sent.builder.count == 1
+
+
+def test_a_new_producer_id_renumbers_only_batches_in_no_log() -> None:
+    a = accumulator(batch_size=10, linger_ms=0)
+    written, unwritten = put(a, T0, 10, 0), put(a, T1, 10, 1)
+    for batch, sequence in ((written, 7), (unwritten, 3)):
+        [drained] = a.drain(batch.tp, max_bytes=100)
+        drained.producer_id, drained.producer_epoch, drained.base_sequence = 4001, 0, sequence
+        drained.encoded = b"built"
+        drained.attempts = 1
+    written.maybe_written = True  # e.g. its answer was lost
+    a.reenqueue([written, unwritten], retry_at_ms=0)
+    a.renumber_unwritten()
+    assert (written.producer_id, written.base_sequence, written.encoded) == (4001, 7, b"built")
+    assert (unwritten.producer_id, unwritten.producer_epoch, unwritten.base_sequence,
+            unwritten.encoded) == (-1, -1, -1, None)
+    with pytest.raises(InvariantViolation, match="keeps its identity"):
+        written.forget_identity()
 
 
 def test_expired_and_abort() -> None:

@@ -189,3 +189,90 @@ def test_accumulator_resends_in_creation_order() -> None:
     assert a.first(T0) is first[0]
     assert a.ready(0, flushing=False, muted=[T0]) == ([], None)
     assert a.ready(0, flushing=False) == ([T0], None)
+
+
+# -- exactly once across a producer-id reset -----------------------------------------------------
+#
+# A batch that may already be in the log (an attempt ended without a definite refusal:
+# a lost answer, NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, a transport error)
+# keeps its producer id, epoch and sequence until a broker resolves it, or it fails to
+# the application. Only a batch every attempt of which was refused before the append
+# may be renumbered under a new producer id (Kafka: TransactionManager's unresolved
+# sequences; KIP-360).
+
+
+def values_in(broker: Any, key: tuple[str, int]) -> list[bytes]:
+    return [v for _pid, _seq, _off, values in log_of(broker, key) for v in values]
+
+
+def test_a_reset_never_renumbers_a_batch_whose_answer_was_lost(fake_broker: Any) -> None:
+    # One request carries both partitions: t-1's batch is written but its answer lost,
+    # t-0's is refused as out of order at the head of its partition (the broker lost
+    # the producer's state), so the producer takes a new id. t-1's batch must be resent
+    # under its old identity (answered as a duplicate), not written again under the new.
+    with producer_for(fake_broker, batch_size=10_000, linger_ms=50) as producer:
+        producer.send("t", b"b0", partition=1).result(timeout=5)
+        fake_broker.by_sequence[1] = [(0.0, None)]  # t-1's next batch: written, answer lost
+        fake_broker.produce_errors[("t", 0)] = [ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER]
+        a = producer.send("t", b"a", partition=0)
+        b1 = producer.send("t", b"b1", partition=1)
+        producer.flush(10_000)
+        assert b1.result(timeout=1).offset == 1
+        assert a.result(timeout=1).offset == 0
+    assert values_in(fake_broker, ("t", 1)) == [b"b0", b"b1"]
+    assert [(pid, seq) for pid, seq, _o, _v in log_of(fake_broker, ("t", 1))] == [(4001, 0),
+                                                                                 (4001, 1)]
+    assert [(pid, seq) for pid, seq, _o, _v in log_of(fake_broker, ("t", 0))] == [(4002, 0)]
+    assert fake_broker.duplicates == 1
+
+
+def test_expiry_then_a_reset_writes_nothing_twice(fake_broker: Any) -> None:
+    # As seen under faults: a batch expires (delivery.timeout.ms) unwritten and leaves a
+    # gap in its partition's sequence; the next batch there is refused as out of order
+    # at the head of its partition and the producer takes a new id, while another
+    # partition's batch is appended with its answer withheld, again and again. No value
+    # may be in the log twice, and each acknowledgement names where its value is.
+    with producer_for(fake_broker, batch_size=10_000, linger_ms=0, retry_backoff_ms=50,
+                      request_timeout_ms=1000, delivery_timeout_ms=1500) as producer:
+        producer.send("t", b"p1-0", partition=1).result(timeout=5)
+        producer.send("t", b"p0-0", partition=0).result(timeout=5)
+        fake_broker.produce_errors[("t", 0)] = [ErrorCode.NOT_ENOUGH_REPLICAS] * 1000
+        doomed = producer.send("t", b"p0-1", partition=0)  # seq 1 of t-0, never written
+        time.sleep(0.8)
+        # t-1's seq 1: written, and its answer lost after 0.3 s, five times over.
+        fake_broker.by_sequence[1] = [(0.3, None)] * 5
+        held = producer.send("t", b"p1-1", partition=1)
+        assert doomed.exception(timeout=5) is not None  # out of time: delivery.timeout.ms
+        fake_broker.produce_errors[("t", 0)] = []
+        after = producer.send("t", b"p0-2", partition=0)  # seq 2: the gap; a new id
+        after.exception(timeout=5)
+        held.exception(timeout=5)
+        producer.flush(10_000)
+    assert fake_broker.next_producer_id == 4002  # the reset happened while t-1 waited
+    for key in (("t", 0), ("t", 1)):
+        values = values_in(fake_broker, key)
+        assert len(values) == len(set(values)), (key, log_of(fake_broker, key))
+    for future, value in ((after, b"p0-2"), (held, b"p1-1")):
+        if future.exception(timeout=0) is None:
+            meta = future.result(timeout=0)
+            assert values_in(fake_broker, ("t", meta.partition))[meta.offset] == value
+
+
+def test_a_batch_that_may_be_written_fails_rather_than_take_a_new_identity(
+        fake_broker: Any) -> None:
+    # t-0's seq 1 is written but its answer lost; the broker then forgets the producer
+    # (UNKNOWN_PRODUCER_ID for the resend at the head of the partition). Renumbering
+    # it would write it twice: it fails to the application instead, and the next
+    # record goes out under a new producer id.
+    with producer_for(fake_broker, batch_size=10_000) as producer:
+        producer.send("t", b"x0", partition=0).result(timeout=5)
+        fake_broker.by_sequence[1] = [(0.0, None), (0.0, ErrorCode.UNKNOWN_PRODUCER_ID)]
+        maybe = producer.send("t", b"x1", partition=0)
+        error = maybe.exception(timeout=5)
+        assert isinstance(error, client.KafkaApiError)
+        assert error.code is ErrorCode.UNKNOWN_PRODUCER_ID
+        assert "may already be written" in str(error)
+        producer.send("t", b"x2", partition=0).result(timeout=5)
+    assert values_in(fake_broker, ("t", 0)) == [b"x0", b"x1", b"x2"]
+    assert [(pid, seq) for pid, seq, _o, _v in log_of(fake_broker)] == [
+        (4001, 0), (4001, 1), (4002, 0)]

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from kraftlog import errors
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 
@@ -69,7 +70,27 @@ class ProducerBatch(Generic[H]):
     order: int = 0
     """Creation order within the accumulator: a retried batch goes back in this order."""
     producer_id: int = rb.NO_PRODUCER_ID
-    """The producer id ``encoded`` carries (idempotent producer), -1 when none."""
+    """The batch's identity with the idempotent producer: producer id, epoch and base
+    sequence, assigned when it is first drained (-1 when it has none yet)."""
+    producer_epoch: int = rb.NO_PRODUCER_EPOCH
+    base_sequence: int = rb.NO_SEQUENCE
+    maybe_written: bool = False
+    """An attempt ended without a definite refusal (a lost answer, a timeout,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND, ...): the batch may be in the log under its
+    identity. It then keeps that identity until a broker resolves it or it fails to
+    the application; it is never renumbered (that could write it twice)."""
+
+    def forget_identity(self) -> None:
+        """Drop the identity and the bytes built with it, so the batch is numbered afresh
+        at its next drain. Only for a batch that cannot be in any log."""
+        if self.maybe_written:
+            raise errors.InvariantViolation(
+                f"a batch of {self.tp} that may be written keeps its identity "
+                f"(producer id {self.producer_id}, base sequence {self.base_sequence})")
+        self.producer_id = rb.NO_PRODUCER_ID
+        self.producer_epoch = rb.NO_PRODUCER_EPOCH
+        self.base_sequence = rb.NO_SEQUENCE
+        self.encoded = None
 
     @property
     def record_count(self) -> int:
@@ -199,12 +220,14 @@ class RecordAccumulator(Generic[H]):
         queue = self._queues.get(tp)
         return queue[0] if queue else None
 
-    def unbuild_all(self) -> None:
-        """Forget every queued batch's encoded bytes (the idempotent producer renumbers
-        them under a new producer id)."""
+    def renumber_unwritten(self) -> None:
+        """Forget the identity of every queued batch that cannot be in a log (the
+        idempotent producer numbers them afresh under a new producer id); a batch that
+        may be written keeps its own (:attr:`ProducerBatch.maybe_written`)."""
         for queue in self._queues.values():
             for batch in queue:
-                batch.encoded = None
+                if not batch.maybe_written:
+                    batch.forget_identity()
 
     def backoff(self, tp: TopicPartition, until_ms: int) -> None:
         """Hold ``tp``'s first batch until ``until_ms`` (its leader is not known yet)."""

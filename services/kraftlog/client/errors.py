@@ -45,6 +45,28 @@ CORRUPT_MESSAGE is retriable in Kafka too (the bytes may have been damaged in
 transit); MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD and
 INVALID_REQUIRED_ACKS are not: resending the same bytes cannot help."""
 
+NOT_APPENDED_CODES: frozenset[ErrorCode] = frozenset({
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ErrorCode.UNKNOWN_PRODUCER_ID,
+    ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.INVALID_RECORD,
+    ErrorCode.INVALID_TIMESTAMP,
+    ErrorCode.MESSAGE_TOO_LARGE,
+    ErrorCode.RECORD_LIST_TOO_LARGE,
+    ErrorCode.INVALID_REQUIRED_ACKS,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.LEADER_NOT_AVAILABLE,
+    ErrorCode.FENCED_LEADER_EPOCH,
+    ErrorCode.UNKNOWN_LEADER_EPOCH,
+})
+"""Codes with which a broker refuses a produced batch *before* appending it: after one
+of these the batch is not in any log. Every other outcome (another code, a transport
+failure) may come after the append: NOT_ENOUGH_REPLICAS_AFTER_APPEND and
+REQUEST_TIMED_OUT always do, and NOT_LEADER_OR_FOLLOWER does when the leader lost its
+leadership while the batch waited for its replicas (the next leader may keep it)."""
+
 METADATA_REFRESH_CODES: frozenset[ErrorCode] = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.FENCED_LEADER_EPOCH,
@@ -61,6 +83,11 @@ METADATA_REFRESH_CODES: frozenset[ErrorCode] = frozenset({
 def is_retriable(code: ErrorCode) -> bool:
     """True when sending the same request again (maybe elsewhere) may succeed."""
     return code in RETRIABLE_CODES
+
+
+def was_not_appended(code: ErrorCode) -> bool:
+    """True when a Produce answered ``code`` left its batch out of the log for certain."""
+    return code in NOT_APPENDED_CODES
 
 
 def needs_metadata_refresh(code: ErrorCode) -> bool:

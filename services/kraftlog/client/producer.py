@@ -44,9 +44,20 @@ OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID that was sent while an earli
 batch of its partition was unanswered (requests may reach the broker out of order)
 is simply resent after it. When every earlier batch was answered before it was
 sent, the broker lost the producer's state or the sequence broke
-(a batch failed for good): the producer takes a new id and renumbers what it has not
-sent yet; partitions with requests in flight under the old id send nothing new until
-those are answered.
+(a batch failed for good): the producer takes a new id; partitions with requests in
+flight under the old id send nothing new until those are answered.
+
+Exactly once means a batch that may already be written never gets a new identity
+(Kafka's producer: unresolved sequences, KIP-360). A batch gets its identity (producer
+id, epoch, base sequence) when it is first drained, and an attempt that ends without a
+definite refusal (:data:`kraftlog.client.errors.NOT_APPENDED_CODES`; a lost answer,
+REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER, a
+transport failure) marks it ``maybe_written``. Such a batch keeps its identity across
+a new producer id and is resent with it, so a broker that has it answers with its
+original offset; if a broker refuses it with a sequence error at the head of its
+partition, it fails to the application (its records may be in the log) instead of
+being renumbered. Only batches that cannot be in any log are numbered afresh under the
+new id.
 
 Edge module: threads, gRPC, the clock.
 """
@@ -501,6 +512,8 @@ class Producer:
             for tp in unknown:
                 # No leader known: look again after a backoff, without spinning.
                 self._accumulator.backoff(tp, now + self.config.retry_backoff_ms)
+            if self._idempotent and self._producer_id < 0:
+                by_leader = {}  # an answer dropped the producer id since: a new one first
             for address, tps in by_leader.items():
                 for tp in tps:
                     if not self._may_send(tp):
@@ -510,6 +523,8 @@ class Producer:
                         tp, self.config.max_request_size,
                         max_batches=1 if self._idempotent else None)
                     if batches:
+                        for batch in batches:
+                            self._assign_identity(batch)
                         drained.setdefault(address, {})[tp] = self._enter_window(tp, batches)
         for address, partitions in drained.items():
             self._send_request(address, partitions)
@@ -534,7 +549,7 @@ class Producer:
         if head.attempts > 0:
             return not sent
         return len(window) < self._max_in_flight and not (self._idempotent and any(
-            entry.batches[0].producer_id != self._producer_id for entry in sent))
+            not self._is_current(entry.batches[0]) for entry in sent))
 
     def _enter_window(self, tp: TopicPartition, batches: list[acc.ProducerBatch[_BatchResult]]
                       ) -> _InFlight:
@@ -571,27 +586,49 @@ class Producer:
         if not window:
             del self._in_flight[tp]
 
-    def _follows_unwritten(self, entry: _InFlight) -> bool:
-        """Whether a batch sent before ``entry`` may have been unwritten when the broker
-        handled it, or ``entry`` carries an older producer id: then a sequence error on
-        ``entry`` says nothing about the producer's state (see :class:`_InFlight`)."""
+    def _on_sequence_error(self, entry: _InFlight) -> bool:
+        """React to OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID on ``entry``; True
+        when its batches must fail to the application rather than be retried.
+
+        Sent behind an unanswered batch, the error says nothing about the producer's
+        state (see :class:`_InFlight`): retry as is. At the head of its partition, the
+        broker lost the producer's state or the sequence broke: under the current
+        producer id, take a new one; a batch that may be written by an earlier attempt
+        then fails (renumbering it could write it twice), the others are retried and
+        numbered afresh."""
         with self._lock:
-            return (not entry.first_in_line
-                    or entry.batches[0].producer_id != self._producer_id)
+            if not entry.first_in_line:
+                return False
+            if self._is_current(entry.batches[0]):
+                self._reset_producer_id()
+            return any(batch.maybe_written for batch in entry.batches)
+
+    def _is_current(self, batch: acc.ProducerBatch[_BatchResult]) -> bool:
+        """Whether ``batch`` is numbered under the producer's current id and epoch."""
+        return (batch.producer_id == self._producer_id
+                and batch.producer_epoch == self._producer_epoch)
+
+    def _assign_identity(self, batch: acc.ProducerBatch[_BatchResult]) -> None:
+        """Number a batch just drained (call under ``_lock``, in drain order, with a
+        producer id): the next sequence of its partition under the current producer id.
+        A batch that has an identity keeps it (a resend)."""
+        if self._idempotent and batch.producer_id < 0:
+            assert self._producer_id >= 0, "batches are numbered only under a producer id"
+            sequence = self._next_sequence.get(batch.tp, 0)
+            self._next_sequence[batch.tp] = (sequence + batch.record_count) % (1 << 31)
+            batch.producer_id = self._producer_id
+            batch.producer_epoch = self._producer_epoch
+            batch.base_sequence = sequence
 
     def _encode(self, batch: acc.ProducerBatch[_BatchResult]) -> bytes:
+        """The batch's RecordBatch bytes, built once per identity (a retry resends them)."""
         if batch.encoded is None:
-            if not self._idempotent:
+            if batch.producer_id < 0:
                 batch.encoded = batch.builder.build(compression=self.config.compression_type)
-                return batch.encoded
-            with self._lock:
-                sequence = self._next_sequence.get(batch.tp, 0)
-                self._next_sequence[batch.tp] = (sequence + batch.record_count) % (1 << 31)
-                producer_id, producer_epoch = self._producer_id, self._producer_epoch
-            batch.encoded = batch.builder.build(
-                compression=self.config.compression_type, producer_id=producer_id,
-                producer_epoch=producer_epoch, base_sequence=sequence)
-            batch.producer_id = producer_id
+            else:
+                batch.encoded = batch.builder.build(
+                    compression=self.config.compression_type, producer_id=batch.producer_id,
+                    producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence)
         return batch.encoded
 
     def _init_producer_id(self) -> bool:
@@ -628,17 +665,15 @@ class Producer:
         logger.info("InitProducerId failed, will retry: %s", "; ".join(problems))
         return False
 
-    def _reset_producer_id(self, tp: TopicPartition) -> None:
-        """Drop the producer id (a new one is fetched before the next send) and unbuild the
-        queued batches of every partition, so they are numbered afresh."""
-        with self._lock:
-            self._producer_id = rb.NO_PRODUCER_ID
-            self._producer_epoch = rb.NO_PRODUCER_EPOCH
-            self._next_sequence.clear()
-            for entry in self._in_flight.get(tp, ()):
-                for batch in entry.batches:
-                    batch.encoded = None
-            self._accumulator.unbuild_all()
+    def _reset_producer_id(self) -> None:
+        """Drop the producer id (a new one is fetched before the next drain; call under
+        ``_lock``). Queued batches that cannot be in a log are numbered afresh under the
+        new one; those that may be written keep their identity, and so do batches in
+        flight until their answers say otherwise (:meth:`_finish_partition`)."""
+        self._producer_id = rb.NO_PRODUCER_ID
+        self._producer_epoch = rb.NO_PRODUCER_EPOCH
+        self._next_sequence.clear()
+        self._accumulator.renumber_unwritten()
 
     def _send_request(self, address: str, partitions: dict[TopicPartition, _InFlight]) -> None:
         # Built in place with add(): upb copies a submessage passed to a constructor
@@ -686,7 +721,8 @@ class Producer:
                     else ErrorCode.NETWORK_EXCEPTION)
             for tp, entry in sent.items():
                 self._finish_partition(tp, entry, error=client_errors.KafkaApiError(
-                    code, f"Produce to {address} failed: {status}"), retriable=True)
+                    code, f"Produce to {address} failed: {status}"), retriable=True,
+                    maybe_written=True)
             return
         except BaseException as exc:  # cancelled on close
             for tp, entry in sent.items():
@@ -713,28 +749,35 @@ class Producer:
                         self.metadata.apply_leader_hint(tp, part.current_leader)
                 if self._idempotent and code in (ErrorCode.UNKNOWN_PRODUCER_ID,
                                                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
-                    # Nothing was written. After an earlier unwritten batch: resend as is,
-                    # after it. Otherwise: renumber under a new producer id and resend.
-                    if not self._follows_unwritten(entry):
-                        self._reset_producer_id(tp)
+                    # This attempt was not written; an earlier one may have been.
+                    if self._on_sequence_error(entry):
+                        why = ("the batch may already be written by an earlier attempt, "
+                               "so it is not resent under a new producer id")
+                        self._finish_partition(tp, entry, error=client_errors.error_for(
+                            code, f"{part.error.message}; {why}" if part.error.message
+                            else why, topic=tp.topic, context=f"{tp} on {address}"))
+                        continue
                     self._finish_partition(tp, entry, error=client_errors.error_for(
                         code, part.error.message, topic=tp.topic, context=f"{tp} on {address}"),
                         retriable=True)
                     continue
                 self._finish_partition(tp, entry, error=client_errors.error_for(
                     code, part.error.message, topic=tp.topic, context=f"{tp} on {address}"),
-                    retriable=client_errors.is_retriable(code))
+                    retriable=client_errors.is_retriable(code),
+                    maybe_written=not client_errors.was_not_appended(code))
         for tp, entry in sent.items():
             if tp not in answered:
                 self._finish_partition(tp, entry, error=client_errors.KafkaApiError(
                     ErrorCode.UNKNOWN_SERVER_ERROR, f"{address} did not answer for {tp}"),
-                    retriable=True)
+                    retriable=True, maybe_written=True)
 
     def _finish_partition(self, tp: TopicPartition, entry: _InFlight, *,
                           error: Exception | None = None, retriable: bool = False,
+                          maybe_written: bool = False,
                           base_offset: int = -1, log_append_time_ms: int = -1) -> None:
         """Complete or requeue ``entry`` (a request's batches of ``tp``) and slide the
-        partition's window past the requests that are done.
+        partition's window past the requests that are done. ``maybe_written``: the
+        attempt ended without a definite refusal, so its batches keep their identity.
 
         Futures are resolved before the batches are released, so a flush() that
         returns has every future of its records already done.
@@ -744,12 +787,16 @@ class Producer:
             if window is None or entry not in window:
                 return  # close() already failed these batches
             batches = entry.batches
+            if maybe_written:
+                for batch in batches:
+                    batch.maybe_written = True
             retry = (error is not None and retriable and not self._closed
                      and all(self._can_retry(batch) for batch in batches))
             if retry:
                 for batch in batches:
-                    if batch.producer_id != self._producer_id:
-                        batch.encoded = None  # built under an older producer id: renumber
+                    if not self._is_current(batch) and not batch.maybe_written:
+                        # Numbered under an older producer id and in no log: renumber.
+                        batch.forget_identity()
                 self._accumulator.reenqueue(
                     batches, retry_at_ms=_now_ms() + self.config.retry_backoff_ms)
                 # Each batch keeps the request's place while it waits (a retried batch
