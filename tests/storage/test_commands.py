@@ -606,12 +606,16 @@ def test_dump_json_and_text_agree_field_for_field(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_segment(tmp_path / "t-0", *two_batches())
-    _, text, _ = run(capsys, "log", "dump", str(path))
-    _, objects = run_json(capsys, str(path))
-    rendered = [" ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}"
-                         for k, v in o.items() if k != "type")
-                for o in objects if o["type"] == "batch"]
-    assert rendered == text.splitlines()[2:]
+    _, text, _ = run(capsys, "log", "dump", str(path), "--deep-iteration")
+    _, objects = run_json(capsys, str(path), "--deep-iteration")
+
+    def line(o: dict[str, Any]) -> str:
+        fields = [(k, v) for k, v in o.items() if k not in ("type", "headerKeys")]
+        text = " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in fields)
+        if o["type"] == "record":
+            return f"| {text} headerKeys: [{','.join(o['headerKeys'])}]"
+        return text
+    assert [line(o) for o in objects if o["type"] != "file"] == text.splitlines()[2:]
 
 
 def test_dump_json_bytes_that_are_not_utf8_are_base64(

@@ -10,9 +10,10 @@ says so), and the entries of checkpoint files, ``leader-epoch-checkpoint`` and
 
 And its JSON Lines form (``--output json``): the same facts, one JSON object per
 line, so a dump streams into ``jq`` or a script as it is read. Every object has a
-``type``; its other keys are the names of the text line's fields, which are Kafka's
-DumpLogSegments names (``baseOffset`` ... ``isvalid``; a timestamp's key is its type,
-``CreateTime`` or ``LogAppendTime``, as in Kafka), so text and JSON never disagree:
+``type``; its other keys are the text line's fields, under Kafka's DumpLogSegments
+names (``baseOffset`` ... ``isvalid``; a timestamp's key is its type, ``CreateTime`` or
+``LogAppendTime``, as in Kafka), with the same values (a batch's text line is rendered
+from its JSON fields), so a script written against one reads the other:
 
 * ``file`` {path, kind, baseOffset?}: starts each file (``baseOffset`` when the
   name encodes one, Kafka's "Log starting offset");
