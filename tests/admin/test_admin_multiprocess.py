@@ -2,7 +2,8 @@
 would (``python -m kraftlog topics|cluster ...`` subprocesses): create, describe (with the
 health filters), alter, list and delete topics; bad input exits 1 with one line naming the
 Kafka error; and a SIGKILL of the active controller does not fail the next write (the admin
-service follows the new leader within the call's deadline)."""
+service follows the new leader within the call's deadline). The same tools through a
+broker's own port (``--bootstrap-server``, KIP-590): create, describe, list and delete."""
 
 from __future__ import annotations
 
@@ -26,16 +27,24 @@ from kraftlog.error_codes import ErrorCode
 ADMIN_SERVICE = "kraftlog.v1.AdminService"
 
 
-def cli(admin: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KRAFTLOG_ADMIN": admin}
+def _env(admin: str, bootstrap: str | None) -> dict[str, str]:
+    """$KRAFTLOG_ADMIN=admin, or (bootstrap given) $KRAFTLOG_BOOTSTRAP_SERVER=bootstrap alone."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("KRAFTLOG_ADMIN", "KRAFTLOG_BOOTSTRAP_SERVER")}
+    if bootstrap is None:
+        return {**env, "KRAFTLOG_ADMIN": admin}
+    return {**env, "KRAFTLOG_BOOTSTRAP_SERVER": bootstrap}
+
+
+def cli(admin: str, *args: str, bootstrap: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kraftlog", *args], capture_output=True,
-                          text=True, timeout=60, check=False, env=env)
+                          text=True, timeout=60, check=False, env=_env(admin, bootstrap))
 
 
-def cli_batch(admin: str, commands: list[tuple[str, ...]],
+def cli_batch(admin: str, commands: list[tuple[str, ...]], bootstrap: str | None = None,
               ) -> list[subprocess.CompletedProcess[str]]:
     """Run ``commands`` concurrently (independent invocations), in order of the answers."""
-    env = {**os.environ, "KRAFTLOG_ADMIN": admin}
+    env = _env(admin, bootstrap)
     procs = [subprocess.Popen([sys.executable, "-m", "kraftlog", *c], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for c in commands]
     done = []
@@ -199,6 +208,32 @@ def test_topics_cli_through_the_admin_service(tmp_path: pathlib.Path) -> None:
             fails(bad[2], "--config 'retention.ms' is not key=value")
             fails(bad[3], "UNKNOWN_TOPIC_OR_PARTITION", "nope")
             fails(bad[4], f"cannot reach the admin service at {closed}")
+
+            phase("admin-cli")
+            # KIP-590: each broker serves the AdminService on its own port and forwards
+            # controller writes to the active controller, so the tools take a broker list.
+            at = {b: f"127.0.0.1:{p}" for b, p in brokers.ports.items()}
+            controller_at = f"127.0.0.1:{next(iter(cluster.ports.values()))}"
+            assert ADMIN_SERVICE in reflected_services(at[BROKERS[0]])
+            out = ok(cli(admin, "topics", "create", "--topic", "via-broker", "--partitions", "2",
+                         "--replication-factor", "2", "--bootstrap-server",
+                         f"{closed},{at[BROKERS[0]]}"))   # the closed one is passed over
+            assert "Created topic via-broker" in out
+            (via_described, via_cluster, via_reassign, via_controller) = cli_batch(admin, [
+                ("topics", "describe", "--topic", "via-broker", "--output", "json",
+                 "--bootstrap-server", at[BROKERS[1]]),
+                ("cluster", "describe", "--output", "json", "--bootstrap-server", at[BROKERS[2]]),
+                ("reassign", "list", "--output", "json", "--bootstrap-server", at[BROKERS[0]]),
+                ("topics", "list", "--bootstrap-server", controller_at)])
+            (via,) = json.loads(ok(via_described))["topics"]
+            assert via["partition_count"] == 2 and via["replication_factor"] == 2
+            assert sorted(b["id"] for b in json.loads(ok(via_cluster))["brokers"]) == list(BROKERS)
+            assert json.loads(ok(via_reassign)) == {"reassignments": []}
+            fails(via_controller, f"no AdminService at {controller_at}")
+            # $KRAFTLOG_BOOTSTRAP_SERVER alone (no $KRAFTLOG_ADMIN) is the default address.
+            assert "Deleted topic via-broker." in ok(cli(
+                admin, "topics", "delete", "--topic", "via-broker", bootstrap=at[BROKERS[2]]))
+            phase("bootstrap-server")   # (the last listing below shows via-broker gone)
 
             out = ok(cli(admin, "topics", "alter", "--topic", "orders", "--partitions", "4",
                          "--config", "retention.ms=60000"))

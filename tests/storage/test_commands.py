@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import pathlib
 import struct
+from typing import Any
 
 import pytest
 
@@ -550,3 +552,187 @@ def test_format_refuses_features_this_release_cannot_run(
                          "--data-dir", str(tmp_path / "d"), "--feature", feature)
     assert code == 1 and out == "" and reason in err, err
     assert not (tmp_path / "d").exists()
+
+
+# --- log dump --output json --------------------------------------------------------------
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]]]:
+    """``kraftlog log dump ... --output json``: every stdout line must be one JSON object."""
+    code, out, err = run(capsys, "log", "dump", *argv, "--output", "json")
+    assert err == ""
+    return code, [json.loads(line) for line in out.splitlines()]
+
+
+BATCH_KEYS = ["type", "baseOffset", "lastOffset", "count", "baseSequence", "lastSequence",
+              "producerId", "producerEpoch", "partitionLeaderEpoch", "isTransactional",
+              "isControl", "position", "CreateTime", "size", "magic", "compresscodec", "crc",
+              "isvalid"]
+
+
+def test_dump_json_is_one_object_per_batch_and_record_with_kafkas_names(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = two_batches()
+    path = write_segment(tmp_path / "orders-0", first, second)
+    code, objects = run_json(capsys, str(path), "--print-data-log")
+    assert code == 0
+    assert [o["type"] for o in objects] == ["file", "batch", "record", "record", "batch", "record"]
+    assert objects[0] == {"type": "file", "path": str(path), "kind": "log", "baseOffset": 0}
+    batch = objects[1]
+    assert list(batch) == BATCH_KEYS
+    assert batch == {"type": "batch", "baseOffset": 0, "lastOffset": 1, "count": 2,
+                     "baseSequence": -1, "lastSequence": -1, "producerId": -1,
+                     "producerEpoch": -1, "partitionLeaderEpoch": 3, "isTransactional": False,
+                     "isControl": False, "position": 0, "CreateTime": 1001, "size": len(first),
+                     "magic": 2, "compresscodec": "none", "crc": rb.BatchHeader(first).crc,
+                     "isvalid": True}
+    assert objects[2] == {"type": "record", "offset": 0, "CreateTime": 1000, "keySize": 1,
+                          "valueSize": 5, "sequence": -1, "headerKeys": [], "key": "k",
+                          "payload": "hello"}
+    assert objects[3]["headerKeys"] == ["h1", "h2"] and objects[3]["key"] is None
+    assert objects[3]["payload"] == "line\nbreak"          # JSON escapes it, not the dump
+    assert objects[4]["position"] == len(first) and objects[4]["compresscodec"] == "gzip"
+    assert (objects[4]["producerId"], objects[4]["baseSequence"], objects[5]["sequence"]) == (9, 5, 5)
+    # Without --print-data-log a record has no key or payload; without --deep-iteration no records.
+    _, deep = run_json(capsys, str(path), "--deep-iteration")
+    assert [o["type"] for o in deep].count("record") == 3
+    assert all("payload" not in o and "key" not in o for o in deep)
+    _, shallow = run_json(capsys, str(path))
+    assert [o["type"] for o in shallow] == ["file", "batch", "batch"]
+
+
+def test_dump_json_and_text_agree_field_for_field(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_segment(tmp_path / "t-0", *two_batches())
+    _, text, _ = run(capsys, "log", "dump", str(path), "--deep-iteration")
+    _, objects = run_json(capsys, str(path), "--deep-iteration")
+
+    def line(o: dict[str, Any]) -> str:
+        fields = [(k, v) for k, v in o.items() if k not in ("type", "headerKeys")]
+        text = " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in fields)
+        if o["type"] == "record":
+            return f"| {text} headerKeys: [{','.join(o['headerKeys'])}]"
+        return text
+    assert [line(o) for o in objects if o["type"] != "file"] == text.splitlines()[2:]
+
+
+def test_dump_json_bytes_that_are_not_utf8_are_base64(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    value = b"a\xffb"
+    path = write_segment(tmp_path / "t-0", rb.build_batch([rb.RecordInput(key=b"\xfe", value=value)]))
+    code, objects = run_json(capsys, str(path), "--print-data-log")
+    assert code == 0
+    record = objects[-1]
+    assert (record["key"], record["keyEncoding"]) == ("/g==", "base64")
+    assert base64.b64decode(record["payload"]) == value and record["payloadEncoding"] == "base64"
+
+
+def test_dump_json_of_the_metadata_log_holds_decoded_messages(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kraftlog.raft import control_records
+    from kraftlog.v1 import metadata_pb2
+
+    record = metadata_pb2.MetadataRecord(topic_record=metadata_pb2.TopicRecord(name="orders"))
+    leader_change = control_records.encode_leader_change(control_records.LeaderChangeMessage(
+        leader_id=2, voters=(1, 2, 3), granting_voters=(2, 3)))
+    data = rb.build_batch([rb.RecordInput(value=record.SerializeToString()),
+                           rb.RecordInput(value=b"\x0a\x03abc")], partition_leader_epoch=1)
+    control = rb.build_batch(
+        [rb.RecordInput(key=rb.encode_control_record_key(rb.ControlRecordType.LEADER_CHANGE),
+                        value=leader_change)],
+        base_offset=2, is_control=True, partition_leader_epoch=2)
+    path = write_segment(tmp_path / "__cluster_metadata-0", data, control)
+    code, objects = run_json(capsys, str(path), "--print-data-log")
+    assert code == 0
+    records = [o for o in objects if o["type"] == "record"]
+    assert records[0]["payload"] == {"topicRecord": {"name": "orders"}}
+    assert base64.b64decode(records[1]["payload"]) == b"\x0a\x03abc"
+    assert records[1]["payloadError"].startswith("not a MetadataRecord: DecodeError")
+    assert records[2]["controlType"] == "LEADER_CHANGE"
+    assert records[2]["payload"] == {"leader_id": 2, "voters": [1, 2, 3], "granting_voters": [2, 3]}
+
+
+def test_dump_json_of_indexes_checkpoints_and_meta_properties(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "7",
+        "--data-dir", str(tmp_path))
+    part = tmp_path / "t-0"
+    write_segment(part, *two_batches(), base=100)
+    (part / f"{100:020d}.index").write_bytes(struct.pack(">iiii", 1, 0, 2, 89))
+    (part / f"{100:020d}.timeindex").write_bytes(struct.pack(">qiqi", 1001, 1, 2000, 2) + bytes(12))
+    (part / "leader-epoch-checkpoint").write_text("0\n2\n3 100\n4 102\n")
+    (tmp_path / "replication-offset-checkpoint").write_text("0\n1\norders 0 42\n")
+    txn = tmp_path / f"{100:020d}.txnindex"
+    txn.write_bytes(struct.pack(">hqqqq", 0, 4001, 120, 130, 125))
+    code, objects = run_json(capsys, str(part), str(tmp_path / "meta.properties"),
+                             str(tmp_path / "replication-offset-checkpoint"), str(txn))
+    assert code == 0
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for o in objects:
+        by_type.setdefault(o.pop("type"), []).append(o)
+    assert [f["kind"] for f in by_type["file"]] == [
+        "index", "log", "timeindex", "leader-epoch-checkpoint", "meta.properties",
+        "offset-checkpoint", "txnindex"]
+    assert by_type["offsetIndexEntry"] == [{"offset": 101, "position": 0},
+                                           {"offset": 102, "position": 89}]
+    assert by_type["timeIndexEntry"] == [{"timestamp": 1001, "offset": 101},
+                                         {"timestamp": 2000, "offset": 102}]
+    assert by_type["preallocated"] == [{"fromEntry": 2}]
+    assert by_type["checkpoint"] == [{"version": 0, "entries": 2}, {"version": 0, "entries": 1}]
+    assert by_type["leaderEpochEntry"] == [{"epoch": 3, "startOffset": 100},
+                                           {"epoch": 4, "startOffset": 102}]
+    assert by_type["offsetCheckpointEntry"] == [{"topic": "orders", "partition": 0, "offset": 42}]
+    (props,) = by_type["metaProperties"]
+    assert (props["version"], props["cluster.id"], props["node.id"]) == (1, CLUSTER, 7)
+    assert isinstance(props["directory.id"], str)
+    assert by_type["abortedTxn"] == [{"version": 0, "producerId": 4001, "firstOffset": 120,
+                                      "lastOffset": 130, "lastStableOffset": 125}]
+    assert "kraftlog writes no .txnindex" in by_type["note"][0]["note"]
+
+
+def test_dump_json_errors_are_objects_and_the_exit_code_is_1(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = two_batches()
+    damaged = bytearray(second)
+    damaged[-1] ^= 0xFF
+    path = write_segment(tmp_path / "t-0", first, bytes(damaged))
+    (tmp_path / "notes.txt").write_text("")
+    (tmp_path / "empty").mkdir()
+    code, objects = run_json(capsys, str(path), str(tmp_path / "nope.log"),
+                             str(tmp_path / "notes.txt"), str(tmp_path / "empty"))
+    assert code == 1
+    errors = [o for o in objects if o["type"] == "error"]
+    assert len(errors) == 4
+    assert "fails its CRC" in errors[0]["error"]
+    assert (errors[0]["position"], errors[0]["notDumpedBytes"]) == (len(first), len(second))
+    assert objects[objects.index(errors[0]) - 1]["isvalid"] is False
+    assert errors[1] == {"type": "error", "error": f"{tmp_path / 'nope.log'}: no such file"}
+    assert "unknown file type" in errors[2]["error"]
+    assert errors[3]["error"] == f"{tmp_path / 'empty'}: directory holds no file to dump"
+
+
+def test_dump_json_max_bytes_says_where_it_stopped(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = two_batches()
+    path = write_segment(tmp_path / "t-0", first, second)
+    code, objects = run_json(capsys, str(path), "--max-bytes", str(len(first) + 10))
+    assert code == 0
+    assert objects[-1] == {"type": "stopped", "position": len(first), "maxBytes": len(first) + 10,
+                           "fileSize": len(first) + len(second)}
+
+
+def test_dump_rejects_an_unknown_output_format(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_segment(tmp_path / "t-0", two_batches()[0])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["log", "dump", str(path), "--output", "yaml"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'yaml'" in capsys.readouterr().err

@@ -31,6 +31,7 @@ Edge module: grpc and protobuf.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -299,19 +300,41 @@ def _topic_partitions(partitions: Mapping[str, Sequence[int]] | None,
 
 # -- the client -----------------------------------------------------------------------------------
 
-class AdminClient:
-    """An asyncio client of one AdminService address. Create it inside the event loop that
-    uses it; use as ``async with``, or call :meth:`close`. Not thread-safe."""
+def split_targets(target: str | Sequence[str]) -> tuple[str, ...]:
+    """``"h1:p1,h2:p2"`` (or a sequence of addresses) -> the distinct addresses, in order."""
+    parts = target.split(",") if isinstance(target, str) else list(target)
+    found = tuple(dict.fromkeys(p.strip() for p in parts if p.strip()))
+    if not found:
+        raise errors.ConfigError(f"no admin address in {target!r}")
+    return found
 
-    def __init__(self, target: str = DEFAULT_ADMIN, *,
+
+class AdminClient:
+    """An asyncio client of the AdminService. Create it inside the event loop that uses it;
+    use as ``async with``, or call :meth:`close`. Not thread-safe.
+
+    ``target`` is one address or several (``"h1:p1,h2:p2"``, or a sequence): ``kraftlog
+    admin`` processes or brokers, which all serve the AdminService (a bootstrap list, as
+    Kafka's ``--bootstrap-server``). A call goes to the address that answered last; one
+    that cannot be reached (UNAVAILABLE) or does not serve the AdminService
+    (UNIMPLEMENTED: a controller's port, say) passes the call to the next, within the
+    call's deadline. Only those two: the call never reached a servicer, so nothing can
+    have been done twice."""
+
+    def __init__(self, target: str | Sequence[str] = DEFAULT_ADMIN, *,
                  timeout_ms: int = DEFAULT_TIMEOUT_MS) -> None:
         if timeout_ms <= 0:
             raise errors.ConfigError(f"timeout_ms must be positive, got {timeout_ms}")
-        self.target = target
+        self.targets = split_targets(target)
         self.timeout_ms = timeout_ms
-        self._channel = grpc.aio.insecure_channel(
-            target, options=transport.channel_options(retry_backoff_ms=100))
-        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self._current = 0
+        self._stubs: dict[str, admin_pb2_grpc.AdminServiceStub] = {}
+        self._channels: list[grpc.aio.Channel] = []
+
+    @property
+    def target(self) -> str:
+        """The address calls go to first (the one that answered last)."""
+        return self.targets[self._current]
 
     async def __aenter__(self) -> AdminClient:
         return self
@@ -320,28 +343,72 @@ class AdminClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._channel.close()
+        channels, self._channels = self._channels, []
+        self._stubs.clear()
+        for channel in channels:
+            await channel.close()
+
+    def _stub(self, target: str) -> admin_pb2_grpc.AdminServiceStub:
+        stub = self._stubs.get(target)
+        if stub is None:
+            channel = grpc.aio.insecure_channel(
+                target, options=transport.channel_options(retry_backoff_ms=100))
+            self._channels.append(channel)
+            stub = self._stubs[target] = admin_pb2_grpc.AdminServiceStub(channel)
+        return stub
+
+    async def _send(self, rpc: str, request: Any, timeout_s: float) -> Any:
+        """The call on the first address that serves the AdminService (see the class doc)."""
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + timeout_s
+        skipped: list[tuple[str, grpc.StatusCode, str]] = []
+        count = len(self.targets)
+        for step in range(count):
+            index = (self._current + step) % count
+            target = self.targets[index]
+            remaining = give_up_at - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                response = await getattr(self._stub(target), rpc)(request, timeout=remaining)
+            except grpc.aio.AioRpcError as exc:
+                status = exc.code()
+                if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED):
+                    skipped.append((target, status, exc.details() or status.name))
+                    continue
+                if status == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise AdminTimeoutError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{rpc} got no answer from the admin service at {target} within "
+                        f"{timeout_s:g} s") from None
+                raise AdminError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"{rpc} failed at the admin service {target}: {status.name}: "
+                                 f"{exc.details()}") from None
+            self._current = index
+            return response
+        if not skipped:
+            raise AdminTimeoutError(ErrorCode.REQUEST_TIMED_OUT,
+                                    f"{rpc}: the deadline of {timeout_s:g} s passed")
+        if all(status == grpc.StatusCode.UNIMPLEMENTED for _, status, _ in skipped):
+            raise AdminUnreachableError(
+                ErrorCode.UNSUPPORTED_VERSION,
+                "no AdminService at " + ", ".join(t for t, _, _ in skipped)
+                + " (a controller's port? give a broker or a 'kraftlog admin' address)")
+        if len(skipped) == 1:
+            target, _, details = skipped[0]
+            raise AdminUnreachableError(
+                ErrorCode.NETWORK_EXCEPTION,
+                f"cannot reach the admin service at {target}: {details}")
+        reasons = [f"{t} ({'no AdminService' if status == grpc.StatusCode.UNIMPLEMENTED else d})"
+                   for t, status, d in skipped]
+        raise AdminUnreachableError(
+            ErrorCode.NETWORK_EXCEPTION,
+            "cannot reach the admin service at any of " + "; ".join(reasons))
 
     async def _call(self, rpc: str, request: Any, timeout_ms: int | None, *,
                     check: bool) -> Any:
         timeout_s = (timeout_ms if timeout_ms is not None else self.timeout_ms) / 1000
-        try:
-            response = await getattr(self._stub, rpc)(request, timeout=timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            status = exc.code()
-            if status == grpc.StatusCode.UNAVAILABLE:
-                raise AdminUnreachableError(
-                    ErrorCode.NETWORK_EXCEPTION,
-                    f"cannot reach the admin service at {self.target}: "
-                    f"{exc.details() or status.name}") from None
-            if status == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise AdminTimeoutError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"{rpc} got no answer from the admin service at {self.target} within "
-                    f"{timeout_s:g} s") from None
-            raise AdminError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                             f"{rpc} failed at the admin service {self.target}: {status.name}: "
-                             f"{exc.details()}") from None
+        response = await self._send(rpc, request, timeout_s)
         if response.error.code != common_pb2.NONE:
             code = _code(response.error.code)
             raise error_for(code, response.error.message or f"{rpc} failed: {code.name}")

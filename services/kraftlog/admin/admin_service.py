@@ -2,8 +2,9 @@
 
 Owns :class:`ClusterLocator` (finds the active controller, the raft leader and the
 brokers, and retries across their changes) and :class:`AdminServicer` (every RPC of
-``protos/kraftlog/v1/admin.proto``). Served by :mod:`.admin_server_commands`
-(``kraftlog admin``); called by :mod:`.admin_client`.
+``protos/kraftlog/v1/admin.proto``). Served by :mod:`.server_commands`
+(``kraftlog admin``) and, through :func:`serve_on`, by every broker on its own port (so
+``--bootstrap-server BROKER`` works as in Kafka, KIP-590); called by :mod:`.admin_client`.
 
 Where the answers come from:
 
@@ -892,3 +893,19 @@ def history_response(history: quorum_history.QuorumHistory, *, from_epoch: int =
 
 def add_to_server(servicer: AdminServicer, server: Any) -> None:
     admin_pb2_grpc.add_AdminServiceServicer_to_server(servicer, server)
+
+
+SERVICE_NAME = "kraftlog.v1.AdminService"
+
+
+def serve_on(server: Any, settings: AdminSettings, *,
+             interceptors: Sequence[Any] = ()) -> ClusterLocator:
+    """Add the AdminService to another role's gRPC server, before it starts.
+
+    A broker does this (KIP-590's forwarding): ``kraftlog topics --bootstrap-server
+    BROKER`` then reaches the same servicer as ``kraftlog admin`` serves, which forwards
+    controller writes to the active controller. The caller closes the returned locator
+    when the server stops."""
+    locator = ClusterLocator(settings, interceptors=interceptors)
+    add_to_server(AdminServicer(locator), server)
+    return locator

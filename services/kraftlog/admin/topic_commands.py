@@ -1,8 +1,17 @@
 """``kraftlog topics create|list|describe|alter|delete`` and ``kraftlog cluster describe``.
 
 The kafka-topics.sh of kraftlog, over the AdminService (:mod:`.admin_client`). Every
-subcommand takes ``--admin HOST:PORT`` (default: ``$KRAFTLOG_ADMIN``, else
-``127.0.0.1:19090``) and ``--timeout-ms``; read commands take ``--output table|json``.
+subcommand takes where the AdminService is, one of:
+
+- ``--bootstrap-server HOST:PORT[,HOST:PORT...]``: brokers, as Kafka's tools take
+  (KIP-590): every broker serves the AdminService on its port and forwards controller
+  writes to the active controller;
+- ``--admin HOST:PORT[,...]``: ``kraftlog admin`` processes;
+
+(not both; default: ``$KRAFTLOG_ADMIN`` or ``$KRAFTLOG_BOOTSTRAP_SERVER``, never both
+set, else ``127.0.0.1:19090``). In a list the addresses are tried in turn while one is
+unreachable. Also ``--timeout-ms``; read commands take ``--output table|json``. The
+``reassign`` and ``leader-election`` tools (:mod:`.reassign_commands`) take the same.
 
 - ``topics create --topic T [--partitions N] [--replication-factor N]
   [--replica-assignment 4:5,5:6] [--config k=v ...] [--if-not-exists]``
@@ -39,6 +48,7 @@ from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import admin_pb2, common_pb2, controller_pb2
 
 ADMIN_ENV = "KRAFTLOG_ADMIN"
+BOOTSTRAP_ENV = "KRAFTLOG_BOOTSTRAP_SERVER"
 _CONFIG_KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 T = TypeVar("T")
 
@@ -116,12 +126,41 @@ def check_positive(flag: str, value: int | None) -> None:
         raise errors.ConfigError(f"{flag} must be at least 1, got {value}")
 
 
+def parse_addresses(value: str, source: str) -> list[str]:
+    """``HOST:PORT[,HOST:PORT...]`` from ``source`` (a flag or variable, for the error)."""
+    addresses = list(dict.fromkeys(a.strip() for a in value.split(",") if a.strip()))
+    if not addresses:
+        raise errors.ConfigError(f"{source} {value!r} holds no HOST:PORT")
+    for address in addresses:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise errors.ConfigError(f"{source} {address!r} is not HOST:PORT")
+    return addresses
+
+
+def admin_targets(admin: str | None, bootstrap_server: str | None = None) -> list[str]:
+    """Where the AdminService is: ``--admin`` or ``--bootstrap-server`` (not both), else
+    ``$KRAFTLOG_ADMIN`` or ``$KRAFTLOG_BOOTSTRAP_SERVER`` (not both), else the default."""
+    if admin and bootstrap_server:
+        raise errors.ConfigError("--admin and --bootstrap-server are mutually exclusive")
+    if admin:
+        return parse_addresses(admin, "--admin")
+    if bootstrap_server:
+        return parse_addresses(bootstrap_server, "--bootstrap-server")
+    env_admin, env_bootstrap = os.environ.get(ADMIN_ENV), os.environ.get(BOOTSTRAP_ENV)
+    if env_admin and env_bootstrap:
+        raise errors.ConfigError(f"both ${ADMIN_ENV} and ${BOOTSTRAP_ENV} are set: unset one, "
+                                 "or pass --admin or --bootstrap-server")
+    if env_admin:
+        return parse_addresses(env_admin, f"${ADMIN_ENV}")
+    if env_bootstrap:
+        return parse_addresses(env_bootstrap, f"${BOOTSTRAP_ENV}")
+    return [ac.DEFAULT_ADMIN]
+
+
 def admin_address(value: str | None) -> str:
-    address = value or os.environ.get(ADMIN_ENV) or ac.DEFAULT_ADMIN
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise errors.ConfigError(f"--admin {address!r} is not HOST:PORT")
-    return address
+    """``--admin`` (else the environment, else the default) as one ``h:p[,h:p...]`` text."""
+    return ",".join(admin_targets(value))
 
 
 # -- rendering (pure) -----------------------------------------------------------------------------
@@ -230,7 +269,7 @@ def cluster_json(response: controller_pb2.DescribeClusterResponse) -> dict[str, 
 # -- commands -------------------------------------------------------------------------------------
 
 def _run(args: argparse.Namespace, body: Callable[[ac.AdminClient], Awaitable[T]]) -> T:
-    target = admin_address(args.admin)
+    target = admin_targets(args.admin, args.bootstrap_server)
     if args.timeout_ms <= 0:
         raise errors.ConfigError(f"--timeout-ms must be positive, got {args.timeout_ms}")
 
@@ -343,9 +382,13 @@ def run_cluster_describe(args: argparse.Namespace) -> int:
 # -- parsers --------------------------------------------------------------------------------------
 
 def _common(parser: argparse.ArgumentParser, *, output: bool) -> None:
-    parser.add_argument("--admin", default=None, metavar="HOST:PORT",
-                        help=f"the AdminService (default: ${ADMIN_ENV}, else "
-                             f"{ac.DEFAULT_ADMIN})")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT[,...]",
+                       help="brokers (each serves the AdminService and forwards to the "
+                            f"active controller; default: ${BOOTSTRAP_ENV})")
+    where.add_argument("--admin", default=None, metavar="HOST:PORT[,...]",
+                       help=f"the 'kraftlog admin' service (default: ${ADMIN_ENV}, else "
+                            f"{ac.DEFAULT_ADMIN})")
     parser.add_argument("--timeout-ms", type=int, default=ac.DEFAULT_TIMEOUT_MS, metavar="MS",
                         help=f"deadline of the call, retries included "
                              f"(default {ac.DEFAULT_TIMEOUT_MS})")

@@ -14,7 +14,9 @@ Startup, in order (Kafka's BrokerServer):
 3. register with the active controller and heartbeat (:mod:`.controller_client`);
 4. serve BrokerService and gRPC health on the first ``listeners`` entry: "liveness"
    is SERVING once the server runs; "" and ``kraftlog.v1.BrokerService`` once the
-   broker is registered, caught up and unfenced;
+   broker is registered, caught up and unfenced. The same port serves the AdminService
+   (:func:`kraftlog.admin.admin_service.serve_on`, forwarding to the active controller
+   of ``controller.quorum.voters``), so tools take ``--bootstrap-server BROKER`` (KIP-590);
 5. send the leaders' pending ISR changes to the controller as AlterPartition (one
    request per batch of proposals; answers fed back to the partitions);
 6. write ``replication-offset-checkpoint`` (high watermarks) every
@@ -70,6 +72,7 @@ from typing import Any
 
 from kraftlog import config as kconfig
 from kraftlog import errors, health_server, malloc_tuning
+from kraftlog.admin import admin_service
 from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
@@ -790,7 +793,12 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     grpc_server = server.create_server(servicer, interceptors=grpc_tracing.data_path_interceptors(
         tracer.tracer if tracer.enabled else None,
         broker_metrics.observe_request if broker_metrics is not None else None))
-    health = health_server.ServerHealth(grpc_server, service=BROKER_SERVICE_NAME)
+    admin_locator = admin_service.serve_on(grpc_server, admin_service.AdminSettings(
+        bootstrap_controllers=tuple(voters.values()), voters=voters,
+        request_timeout_ms=settings.request_timeout_ms), interceptors=(
+            grpc_tracing.client_interceptors(tracer.tracer) if tracer.enabled else ()))
+    health = health_server.ServerHealth(grpc_server, service=BROKER_SERVICE_NAME,
+                                        reflected=(admin_service.SERVICE_NAME,))
     listen = f"{listeners[0].host or '0.0.0.0'}:{listeners[0].port}"
     try:
         grpc_server.add_insecure_port(listen)
@@ -937,6 +945,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await producer_id_allocator.close()
         await client.close()
         await grpc_server.stop(SHUTDOWN_GRACE_S)
+        await admin_locator.close()
         if checkpoint_write is not None:
             await asyncio.gather(checkpoint_write, return_exceptions=True)
         logs.write_checkpoints(manager.high_watermarks())

@@ -39,31 +39,82 @@ and every request's records is a fresh, page-faulted mmap, ~15% of a consumer's 
 Rooms: :mod:`.config` (settings), :mod:`.partitioner` (murmur2, sticky),
 :mod:`.accumulator` (batches), :mod:`.metadata_client` (channels, metadata
 cache), :mod:`.producer`, :mod:`.consumer`, :mod:`.commands` (CLI).
+
+Importing this package imports none of its rooms: each public name is resolved on
+first use (PEP 562 ``__getattr__``) and then cached. CPython (3.11 included, gh-83065)
+takes a submodule's import lock before its parent's, so an ``__init__`` that imported
+its own rooms deadlocked against a thread importing one of them directly: about one
+start in eight raised ``_DeadlockError`` or "partially initialized module". The rule,
+checked by tests/test_import_cycles.py: a package ``__init__`` imports nothing inside
+its own package at import time.
 """
 
 from __future__ import annotations
 
-from kraftlog.client.config import Acks, ConsumerConfig, OffsetReset, ProducerConfig
-from kraftlog.client.consumer import (
-    Consumer,
-    ConsumerRecord,
-    OffsetAndMetadata,
-    OffsetAndTimestamp,
-)
-from kraftlog.client.errors import (
-    BrokersUnavailableError,
-    ClientClosedError,
-    ClientError,
-    ClientTimeoutError,
-    KafkaApiError,
-    OffsetOutOfRangeError,
-    UnknownTopicError,
-)
-from kraftlog.client.metadata_client import PartitionInfo
-from kraftlog.client.producer import Producer, RecordFuture, RecordMetadata
-from kraftlog.malloc_tuning import tune as tune_malloc
-from kraftlog.storage.record_batch import Header, TimestampType
-from kraftlog.storage.topic_partition import TopicPartition
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kraftlog.client.config import Acks, ConsumerConfig, OffsetReset, ProducerConfig
+    from kraftlog.client.consumer import (
+        Consumer,
+        ConsumerRecord,
+        OffsetAndMetadata,
+        OffsetAndTimestamp,
+    )
+    from kraftlog.client.errors import (
+        BrokersUnavailableError,
+        ClientClosedError,
+        ClientError,
+        ClientTimeoutError,
+        KafkaApiError,
+        OffsetOutOfRangeError,
+        UnknownTopicError,
+    )
+    from kraftlog.client.metadata_client import PartitionInfo
+    from kraftlog.client.producer import Producer, RecordFuture, RecordMetadata
+    from kraftlog.malloc_tuning import tune as tune_malloc
+    from kraftlog.storage.record_batch import Header, TimestampType
+    from kraftlog.storage.topic_partition import TopicPartition
+
+_CONFIG, _CONSUMER, _ERRORS, _PRODUCER = (f"{__name__}.config", f"{__name__}.consumer",
+                                          f"{__name__}.errors", f"{__name__}.producer")
+# public name -> (the module that defines it, its name there)
+_EXPORTS: dict[str, tuple[str, str]] = {
+    **{name: (_CONFIG, name) for name in ("Acks", "ConsumerConfig", "OffsetReset",
+                                          "ProducerConfig")},
+    **{name: (_CONSUMER, name) for name in ("Consumer", "ConsumerRecord", "OffsetAndMetadata",
+                                            "OffsetAndTimestamp")},
+    **{name: (_ERRORS, name) for name in (
+        "BrokersUnavailableError", "ClientClosedError", "ClientError", "ClientTimeoutError",
+        "KafkaApiError", "OffsetOutOfRangeError", "UnknownTopicError")},
+    "PartitionInfo": (f"{__name__}.metadata_client", "PartitionInfo"),
+    **{name: (_PRODUCER, name) for name in ("Producer", "RecordFuture", "RecordMetadata")},
+    "Header": ("kraftlog.storage.record_batch", "Header"),
+    "TimestampType": ("kraftlog.storage.record_batch", "TimestampType"),
+    "TopicPartition": ("kraftlog.storage.topic_partition", "TopicPartition"),
+    "tune_malloc": ("kraftlog.malloc_tuning", "tune"),
+}
+_ROOMS = frozenset({"accumulator", "commands", "config", "consumer", "errors", "fetch_wire",
+                    "metadata_client", "partitioner", "producer"})
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve a public name (or a room, ``client.errors``) on first use, then cache it."""
+    if name in _ROOMS:
+        value: Any = importlib.import_module(f"{__name__}.{name}")
+    elif name in _EXPORTS:
+        module, attribute = _EXPORTS[name]
+        value = getattr(importlib.import_module(module), attribute)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_ROOMS})
+
 
 __all__ = [
     "Acks", "BrokersUnavailableError", "ClientClosedError", "ClientError", "ClientTimeoutError",

@@ -18,8 +18,9 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
 * ``kraftlog storage random-uuid`` prints a new cluster id.
 * ``kraftlog storage info --data-dir DIR ...`` prints each directory's
   ``meta.properties`` and contents.
-* ``kraftlog log dump PATH ...`` prints segments, indexes, checkpoints and
-  ``meta.properties`` (formatting lives in :mod:`kraftlog.storage.dump`).
+* ``kraftlog log dump PATH ... [--output text|json]`` prints segments, indexes,
+  checkpoints and ``meta.properties``, as kafka-dump-log's lines or as JSON Lines
+  (formatting lives in :mod:`kraftlog.storage.dump`).
 
 Called by :mod:`kraftlog.cli` through :func:`register`. An edge module: it may
 use the clock (the date comment of ``meta.properties``) and the generated
@@ -30,6 +31,7 @@ the CLI prints as one line with exit code 1; usage errors exit 2 (argparse).
 from __future__ import annotations
 
 import argparse
+import base64
 import dataclasses
 import importlib
 import json
@@ -471,6 +473,50 @@ def metadata_formatters() -> tuple[dump.PayloadFormatter, dump.ControlFormatter]
     return render_record, render_control
 
 
+def metadata_json_formatters() -> tuple[dump.JsonPayloadFormatter, dump.JsonControlFormatter]:
+    """:func:`metadata_formatters` for ``--output json``: a decoded value is an object
+    (protobuf's JSON mapping, or the raft dataclass); one that does not decode is its
+    bytes in base64 with ``payloadError`` saying why. Never raises."""
+    try:
+        metadata_pb2: Any = importlib.import_module("kraftlog.v1.metadata_pb2")
+        json_format: Any = importlib.import_module("google.protobuf.json_format")
+    except ImportError:
+        return dump.bytes_json_payload, dump.bytes_json_control
+
+    def undecoded(value: bytes, why: str) -> dict[str, Any]:
+        return {"payload": base64.b64encode(value).decode("ascii"), "payloadEncoding": "base64",
+                "payloadError": why}
+
+    def render(message_name: str, value: bytes) -> dict[str, Any]:
+        message_type = getattr(metadata_pb2, message_name, None)
+        if message_type is None:
+            return undecoded(value, f"no message {message_name} in kraftlog.v1.metadata_pb2")
+        try:
+            message = message_type()
+            message.ParseFromString(value)
+            decoded: dict[str, Any] = json_format.MessageToDict(message)
+        except Exception as exc:  # a bad payload must not stop the dump
+            return undecoded(value, f"not a {message_name}: {type(exc).__name__}: {exc}")
+        if message_name == "MetadataRecord" and message.WhichOneof("record") is None:
+            return {"payload": decoded, "payloadError": "corrupt: no record type set"}
+        return {"payload": decoded}
+
+    def render_record(value: bytes) -> dict[str, Any]:
+        return render("MetadataRecord", value)
+
+    def render_control(record_type: rb.ControlRecordType, value: bytes) -> dict[str, Any]:
+        raft_decoder = _RAFT_CONTROL_DECODERS.get(record_type)
+        if raft_decoder is not None:
+            try:
+                return {"payload": dataclasses.asdict(raft_decoder(value))}
+            except errors.CorruptRecordError as exc:
+                return undecoded(value, f"corrupt {record_type.name}: {exc}")
+        name = _CONTROL_MESSAGES.get(record_type)
+        return dump.bytes_json_payload(value) if name is None else render(name, value)
+
+    return render_record, render_control
+
+
 def _is_metadata_log(path: pathlib.Path) -> bool:
     return path.parent.name.startswith("__cluster_metadata-") or path.name == "bootstrap.checkpoint"
 
@@ -485,37 +531,42 @@ def _dump_one(path: pathlib.Path, options: dump.DumpOptions) -> dump.DumpResult:
             else:
                 data = file.read()
     except OSError as exc:
-        error = f"{path}: cannot read: {exc.strerror or exc}"
-        return dump.DumpResult(lines=(f"Error: {error}",), error=error)
+        return dump.failure(f"{path}: cannot read: {exc.strerror or exc}", options)
     if _is_metadata_log(path):
         payload_formatter, control_formatter = metadata_formatters()
+        json_payload, json_control = metadata_json_formatters()
     else:
         payload_formatter, control_formatter = dump.utf8_payload, dump.hex_control
+        json_payload, json_control = dump.bytes_json_payload, dump.bytes_json_control
     return dump.dump_file(path.name, data, path=str(path), options=options, file_size=file_size,
-                          payload_formatter=payload_formatter, control_formatter=control_formatter)
+                          payload_formatter=payload_formatter, control_formatter=control_formatter,
+                          json_payload_formatter=json_payload, json_control_formatter=json_control)
 
 
 def run_dump(args: argparse.Namespace) -> int:
     if args.max_bytes <= 0:
         raise errors.ConfigError(f"--max-bytes {args.max_bytes}: must be positive")
     options = dump.DumpOptions(print_data_log=args.print_data_log,
-                               deep_iteration=args.deep_iteration, max_bytes=args.max_bytes)
+                               deep_iteration=args.deep_iteration, max_bytes=args.max_bytes,
+                               output=args.output)
     failed = False
     for raw in args.paths:
         path = pathlib.Path(raw)
+        targets: list[pathlib.Path] = [path]
         if path.is_dir():
             # A partition directory: dump every file kafka-dump-log understands.
-            targets = sorted(p for p in path.iterdir()
-                             if p.is_file() and dump.file_kind(p.name) != dump.FileKind.UNKNOWN)
-            if not targets:
-                print(f"Error: {path}: directory holds no file to dump")
+            try:
+                targets = sorted(p for p in path.iterdir()
+                                 if p.is_file() and dump.file_kind(p.name) != dump.FileKind.UNKNOWN)
+                problem = None if targets else f"{path}: directory holds no file to dump"
+            except OSError as exc:
+                targets, problem = [], f"{path}: cannot list: {exc.strerror or exc}"
+            if problem is not None:
+                print(dump.failure(problem, options).lines[0])
                 failed = True
-        else:
-            targets = [path]
         for target in targets:
             if not target.exists():
-                result = dump.DumpResult(lines=(f"Error: {target}: no such file",),
-                                         error=f"{target}: no such file")
+                result = dump.failure(f"{target}: no such file", options)
             else:
                 result = _dump_one(target, options)
             for line in result.lines:
@@ -583,5 +634,9 @@ def register(subparsers: Any) -> None:
     dmp.add_argument("--deep-iteration", action="store_true", help="print one line per record")
     dmp.add_argument("--max-bytes", type=int, default=dump.MAX_BYTES_DEFAULT,
                      help="read at most this many bytes of each log file")
+    dmp.add_argument("--output", choices=dump.OUTPUT_FORMATS, default="text",
+                     help="text: kafka-dump-log's lines; json: one JSON object per line (per "
+                          "file, batch, record, index or checkpoint entry), with Kafka's field "
+                          "names and a 'type'")
     dmp.set_defaults(func=run_dump)
 

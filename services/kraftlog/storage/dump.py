@@ -8,6 +8,33 @@ transactions of a ``.txnindex`` copied from Kafka (kraftlog writes none, and
 says so), and the entries of checkpoint files, ``leader-epoch-checkpoint`` and
 ``meta.properties``.
 
+And its JSON Lines form (``--output json``): the same facts, one JSON object per
+line, so a dump streams into ``jq`` or a script as it is read. Every object has a
+``type``; its other keys are the text line's fields, under Kafka's DumpLogSegments
+names (``baseOffset`` ... ``isvalid``; a timestamp's key is its type, ``CreateTime`` or
+``LogAppendTime``, as in Kafka), with the same values (a batch's text line is rendered
+from its JSON fields), so a script written against one reads the other:
+
+* ``file`` {path, kind, baseOffset?}: starts each file (``baseOffset`` when the
+  name encodes one, Kafka's "Log starting offset");
+* ``batch`` {baseOffset, lastOffset, count, baseSequence, lastSequence, producerId,
+  producerEpoch, partitionLeaderEpoch, isTransactional, isControl, position,
+  CreateTime|LogAppendTime, size, magic, compresscodec, crc, isvalid};
+* ``record`` {offset, CreateTime|LogAppendTime, keySize, valueSize, sequence,
+  headerKeys (a list), controlType?}, and with ``--print-data-log`` ``key`` and
+  ``payload``: a UTF-8 string, or base64 with ``keyEncoding`` / ``payloadEncoding``
+  ``"base64"`` (``kraftlog consume --output json``'s rule), null for a null;
+  ``__cluster_metadata`` payloads are the decoded message as an object, or the
+  bytes plus ``payloadError`` when they do not decode;
+* ``offsetIndexEntry`` {offset, position}, ``timeIndexEntry`` {timestamp, offset},
+  ``preallocated`` {fromEntry}, ``note`` {note}, ``abortedTxn`` {version,
+  producerId, firstOffset, lastOffset, lastStableOffset};
+* ``checkpoint`` {version, entries}, ``offsetCheckpointEntry`` {topic, partition,
+  offset}, ``leaderEpochEntry`` {epoch, startOffset}; ``metaProperties``
+  {version, cluster.id, node.id, directory.id (null when absent), other keys};
+* ``stopped`` {position, maxBytes, fileSize}: ``--max-bytes`` reached;
+* ``error`` {error, notDumpedBytes?, position?}: why dumping this file stopped.
+
 Called by :mod:`kraftlog.storage.commands`, which reads the files (honouring
 ``--max-bytes``), picks the payload formatter (protobuf metadata records for
 ``__cluster_metadata``) and prints. This module does no I/O and imports no
@@ -20,11 +47,14 @@ dumping stopped, so the command can exit 1.
 
 from __future__ import annotations
 
+import base64
 import enum
+import json
 import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kraftlog import errors
 from kraftlog.storage import checkpoint, meta_properties, record_batch
@@ -34,6 +64,15 @@ PayloadFormatter = Callable[[bytes], str]
 
 ControlFormatter = Callable[["record_batch.ControlRecordType", bytes], str]
 """Renders a control record's value given its type; must not raise."""
+
+JsonPayloadFormatter = Callable[[bytes], dict[str, Any]]
+"""The ``payload`` keys of a JSON record object for a value (see :func:`bytes_json`);
+must not raise."""
+
+JsonControlFormatter = Callable[["record_batch.ControlRecordType", bytes], dict[str, Any]]
+"""The ``payload`` keys of a JSON record object for a control record's value; must not raise."""
+
+OUTPUT_FORMATS = ("text", "json")
 
 MAX_BYTES_DEFAULT = 2**31 - 1
 """kafka-dump-log's ``--max-bytes`` default (Integer.MAX_VALUE)."""
@@ -72,6 +111,8 @@ class DumpOptions:
     """Print one line per record, not only per batch."""
     max_bytes: int = MAX_BYTES_DEFAULT
     """Read at most this many bytes of a log file (the caller enforces it)."""
+    output: str = "text"
+    """``text`` (kafka-dump-log's lines) or ``json`` (JSON Lines, see the module doc)."""
 
     @property
     def records(self) -> bool:
@@ -83,6 +124,46 @@ class DumpResult:
     lines: tuple[str, ...]
     error: str | None
     """Why dumping stopped early, naming the file and where; None when the whole file was good."""
+
+
+def _field_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def fields_text(item: dict[str, Any]) -> str:
+    """The text line of a dump object: its fields (but ``type``) as ``key: value``."""
+    return " ".join(f"{key}: {_field_text(value)}" for key, value in item.items() if key != "type")
+
+
+class _Sink:
+    """Collects a file's dump as text lines or as JSON Lines (``DumpOptions.output``)."""
+
+    def __init__(self, output: str) -> None:
+        self.json = output == "json"
+        self.lines: list[str] = []
+
+    def item(self, kind: str, fields: dict[str, Any]) -> None:
+        """An object whose text line is its fields as ``key: value``."""
+        if self.json:
+            self.lines.append(json.dumps({"type": kind, **fields}))
+        else:
+            self.lines.append(fields_text(fields))
+
+    def line(self, text: str, kind: str, fields: dict[str, Any]) -> None:
+        """An object whose text line is written out (the JSON object is built from fields)."""
+        self.lines.append(json.dumps({"type": kind, **fields}) if self.json else text)
+
+    def result(self, error: str | None) -> DumpResult:
+        return DumpResult(lines=tuple(self.lines), error=error)
+
+
+def failure(error: str, options: DumpOptions) -> DumpResult:
+    """A file that could not be dumped at all (missing, unreadable, of an unknown kind)."""
+    sink = _Sink(options.output)
+    sink.line(f"Error: {error}", "error", {"error": error})
+    return sink.result(error)
 
 
 def file_kind(name: str) -> FileKind:
@@ -146,6 +227,25 @@ def hex_control(record_type: record_batch.ControlRecordType, value: bytes) -> st
     return hex_payload(value)
 
 
+def bytes_json(name: str, value: bytes | None) -> dict[str, Any]:
+    """``{name: text}`` for UTF-8 bytes, ``{name: base64, nameEncoding: "base64"}`` otherwise,
+    ``{name: None}`` for a null (``kraftlog consume --output json``'s rule)."""
+    if value is None:
+        return {name: None}
+    try:
+        return {name: value.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {name: base64.b64encode(value).decode("ascii"), f"{name}Encoding": "base64"}
+
+
+def bytes_json_payload(value: bytes) -> dict[str, Any]:
+    return bytes_json("payload", value)
+
+
+def bytes_json_control(record_type: record_batch.ControlRecordType, value: bytes) -> dict[str, Any]:
+    return bytes_json("payload", value)
+
+
 def _increment_sequence(base_sequence: int, delta: int) -> int:
     # Producer sequences wrap at Integer.MAX_VALUE (DefaultRecordBatch.incrementSequence).
     if base_sequence == NO_SEQUENCE:
@@ -153,10 +253,6 @@ def _increment_sequence(base_sequence: int, delta: int) -> int:
     if base_sequence > _MAX_SEQUENCE - delta:
         return delta - (_MAX_SEQUENCE - base_sequence) - 1
     return base_sequence + delta
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
 
 
 def _timestamp_label(timestamp_type: record_batch.TimestampType) -> str:
@@ -173,21 +269,24 @@ def _codec_name(header: record_batch.BatchHeader) -> str:
         return f"unknown({header.attributes & 0x07})"
 
 
+def batch_fields(header: record_batch.BatchHeader, *, position: int, is_valid: bool) -> dict[str, Any]:
+    """The fields of the batch whose header starts at byte ``position``, in Kafka's order."""
+    return {
+        "baseOffset": header.base_offset, "lastOffset": header.last_offset,
+        "count": header.record_count, "baseSequence": header.base_sequence,
+        "lastSequence": _increment_sequence(header.base_sequence, header.last_offset_delta),
+        "producerId": header.producer_id, "producerEpoch": header.producer_epoch,
+        "partitionLeaderEpoch": header.partition_leader_epoch,
+        "isTransactional": header.is_transactional, "isControl": header.is_control,
+        "position": position, _timestamp_label(header.timestamp_type): header.max_timestamp,
+        "size": header.size_in_bytes, "magic": header.magic,
+        "compresscodec": _codec_name(header), "crc": header.crc, "isvalid": is_valid,
+    }
+
+
 def format_batch_line(header: record_batch.BatchHeader, *, position: int, is_valid: bool) -> str:
     """One kafka-dump-log batch line for the batch whose header starts at byte ``position``."""
-    last_sequence = _increment_sequence(header.base_sequence, header.last_offset_delta)
-    return (
-        f"baseOffset: {header.base_offset} lastOffset: {header.last_offset} "
-        f"count: {header.record_count} baseSequence: {header.base_sequence} "
-        f"lastSequence: {last_sequence} producerId: {header.producer_id} "
-        f"producerEpoch: {header.producer_epoch} "
-        f"partitionLeaderEpoch: {header.partition_leader_epoch} "
-        f"isTransactional: {_bool(header.is_transactional)} isControl: {_bool(header.is_control)} "
-        f"position: {position} {_timestamp_label(header.timestamp_type)}: {header.max_timestamp} "
-        f"size: {header.size_in_bytes} magic: {header.magic} "
-        f"compresscodec: {_codec_name(header)} crc: {header.crc} "
-        f"isvalid: {_bool(is_valid)}"
-    )
+    return fields_text(batch_fields(header, position=position, is_valid=is_valid))
 
 
 def _control_type(key: bytes | None) -> record_batch.ControlRecordType | str:
@@ -236,6 +335,40 @@ def format_record_line(
     return line
 
 
+def record_json_fields(
+    record: record_batch.Record,
+    header: record_batch.BatchHeader,
+    *,
+    print_data_log: bool,
+    payload_formatter: JsonPayloadFormatter = bytes_json_payload,
+    control_formatter: JsonControlFormatter = bytes_json_control,
+) -> dict[str, Any]:
+    """A ``record`` object's fields: those of :func:`format_record_line`, headerKeys a list,
+    key and payload per :func:`bytes_json` (or the formatter's decoding)."""
+    fields: dict[str, Any] = {
+        "offset": record.offset,
+        _timestamp_label(header.timestamp_type): record.timestamp_ms,
+        "keySize": -1 if record.key is None else len(record.key),
+        "valueSize": -1 if record.value is None else len(record.value),
+        "sequence": _increment_sequence(header.base_sequence, record.offset - header.base_offset),
+        "headerKeys": [h.key for h in record.headers],
+    }
+    control_type = _control_type(record.key) if header.is_control else None
+    if control_type is not None:
+        fields["controlType"] = control_type if isinstance(control_type, str) else control_type.name
+    if print_data_log:
+        fields.update(bytes_json("key", record.key))
+        if record.value is None:
+            fields["payload"] = None
+        elif control_type is None:
+            fields.update(payload_formatter(record.value))
+        elif isinstance(control_type, str):
+            fields.update(bytes_json_payload(record.value))
+        else:
+            fields.update(control_formatter(control_type, record.value))
+    return fields
+
+
 def _describe_tail(data: bytes, position: int) -> str:
     remaining = len(data) - position
     if remaining < _BATCH_PREFIX.size:
@@ -258,6 +391,9 @@ def dump_log(
     file_size: int | None = None,
     payload_formatter: PayloadFormatter = utf8_payload,
     control_formatter: ControlFormatter = hex_control,
+    json_payload_formatter: JsonPayloadFormatter = bytes_json_payload,
+    json_control_formatter: JsonControlFormatter = bytes_json_control,
+    kind: FileKind = FileKind.LOG,
 ) -> DumpResult:
     """Dump a ``.log`` segment (or a raft snapshot), given its first ``len(data)`` bytes.
 
@@ -267,24 +403,29 @@ def dump_log(
     magic or CRC, or whose offsets go backwards, the point where
     :func:`record_batch.scan_valid_prefix` would truncate.
     """
-    lines = [f"Dumping {path}"]
-    if base_offset is not None:
-        lines.append(f"Log starting offset: {base_offset}")
+    sink = _Sink(options.output)
+    _start(sink, path, kind, base_offset)
     limited = file_size is not None and file_size > len(data)
     view = memoryview(data)
     position = 0
     next_offset: int | None = None
     error: str | None = None
+
+    def stopped() -> None:
+        sink.line(f"Stopped at position {position}: --max-bytes {len(data)} reached "
+                  f"(the file has {file_size} bytes)", "stopped",
+                  {"position": position, "maxBytes": len(data), "fileSize": file_size})
+
     try:
         for header in record_batch.iter_batches(view):
             size = header.size_in_bytes
             try:
                 header.validate()
             except errors.CorruptRecordError as exc:
-                lines.append(format_batch_line(header, position=position, is_valid=False))
+                sink.item("batch", batch_fields(header, position=position, is_valid=False))
                 error = f"{path}: {exc}"
                 break
-            lines.append(format_batch_line(header, position=position, is_valid=True))
+            sink.item("batch", batch_fields(header, position=position, is_valid=True))
             if next_offset is not None and header.base_offset < next_offset:
                 error = (f"{path}: batch at position {position} has baseOffset {header.base_offset} "
                          f"below the previous batch's next offset {next_offset}")
@@ -293,7 +434,14 @@ def dump_log(
             if options.records:
                 for batch in record_batch.decode_batches(view[position:position + size]):
                     for record in batch.records:
-                        lines.append(format_record_line(
+                        if sink.json:
+                            sink.item("record", record_json_fields(
+                                record, header, print_data_log=options.print_data_log,
+                                payload_formatter=json_payload_formatter,
+                                control_formatter=json_control_formatter,
+                            ))
+                            continue
+                        sink.lines.append(format_record_line(
                             record, header, print_data_log=options.print_data_log,
                             payload_formatter=payload_formatter,
                             control_formatter=control_formatter,
@@ -302,23 +450,42 @@ def dump_log(
         else:
             if position < len(data):
                 if limited:
-                    lines.append(f"Stopped at position {position}: --max-bytes {len(data)} reached "
-                                 f"(the file has {file_size} bytes)")
+                    stopped()
                 else:
                     error = f"{path}: at position {position}: {_describe_tail(data, position)}"
     except errors.CorruptRecordError as exc:
         error = f"{path}: in the batch at position {position}: {exc}"
     if error is None and limited and position == len(data):
-        lines.append(f"Stopped at position {position}: --max-bytes {len(data)} reached "
-                     f"(the file has {file_size} bytes)")
+        stopped()
     if error is not None:
-        lines.append(f"Error: {error}; {len(data) - position} bytes from position {position} not dumped")
-    return DumpResult(lines=tuple(lines), error=error)
+        left = len(data) - position
+        sink.line(f"Error: {error}; {left} bytes from position {position} not dumped", "error",
+                  {"error": error, "position": position, "notDumpedBytes": left})
+    return sink.result(error)
 
 
-def dump_offset_index(data: bytes, *, path: str, base_offset: int) -> DumpResult:
+def _start(sink: _Sink, path: str, kind: FileKind, base_offset: int | None) -> None:
+    """The ``Dumping PATH`` line (and ``Log starting offset`` of a segment or snapshot)."""
+    fields: dict[str, Any] = {"path": path, "kind": kind.value}
+    if base_offset is not None:
+        fields["baseOffset"] = base_offset
+    if sink.json:
+        sink.item("file", fields)
+        return
+    sink.lines.append(f"Dumping {path}")
+    if base_offset is not None and kind in (FileKind.LOG, FileKind.SNAPSHOT):
+        sink.lines.append(f"Log starting offset: {base_offset}")
+
+
+def _fail(sink: _Sink, error: str) -> DumpResult:
+    sink.line(f"Error: {error}", "error", {"error": error})
+    return sink.result(error)
+
+
+def dump_offset_index(data: bytes, *, path: str, base_offset: int, output: str = "text") -> DumpResult:
     """``offset: N position: P`` per ``.index`` entry (8 bytes: relative offset, position)."""
-    lines = [f"Dumping {path}"]
+    sink = _Sink(output)
+    _start(sink, path, FileKind.OFFSET_INDEX, base_offset)
     error: str | None = None
     count = len(data) // _OFFSET_ENTRY.size
     previous: tuple[int, int] | None = None
@@ -326,8 +493,7 @@ def dump_offset_index(data: bytes, *, path: str, base_offset: int) -> DumpResult
         relative, position = _OFFSET_ENTRY.unpack_from(data, index * _OFFSET_ENTRY.size)
         if index > 0 and relative == 0 and position == 0:
             # Kafka preallocates index files; a zero entry after the first is unused space.
-            lines.append(f"(entries from {index} on are zero-filled preallocated space)")
-            return DumpResult(lines=tuple(lines), error=None)
+            return _preallocated(sink, index)
         if relative < 0 or position < 0 or (
             previous is not None and (relative <= previous[0] or position <= previous[1])
         ):
@@ -335,28 +501,32 @@ def dump_offset_index(data: bytes, *, path: str, base_offset: int) -> DumpResult
                      f"(relative offset {relative}, position {position}) does not increase "
                      "past the previous entry")
             break
-        lines.append(f"offset: {base_offset + relative} position: {position}")
+        sink.item("offsetIndexEntry", {"offset": base_offset + relative, "position": position})
         previous = (relative, position)
     else:
         if len(data) % _OFFSET_ENTRY.size:
             error = (f"{path}: {len(data) % _OFFSET_ENTRY.size} trailing bytes after {count} "
                      f"entries are not a whole {_OFFSET_ENTRY.size}-byte entry (a torn write?)")
-    if error is not None:
-        lines.append(f"Error: {error}")
-    return DumpResult(lines=tuple(lines), error=error)
+    return sink.result(None) if error is None else _fail(sink, error)
 
 
-def dump_time_index(data: bytes, *, path: str, base_offset: int) -> DumpResult:
+def _preallocated(sink: _Sink, index: int) -> DumpResult:
+    sink.line(f"(entries from {index} on are zero-filled preallocated space)", "preallocated",
+              {"fromEntry": index})
+    return sink.result(None)
+
+
+def dump_time_index(data: bytes, *, path: str, base_offset: int, output: str = "text") -> DumpResult:
     """``timestamp: T offset: O`` per ``.timeindex`` entry (12 bytes: timestamp, relative offset)."""
-    lines = [f"Dumping {path}"]
+    sink = _Sink(output)
+    _start(sink, path, FileKind.TIME_INDEX, base_offset)
     error: str | None = None
     count = len(data) // _TIME_ENTRY.size
     previous: tuple[int, int] | None = None
     for index in range(count):
         timestamp, relative = _TIME_ENTRY.unpack_from(data, index * _TIME_ENTRY.size)
         if index > 0 and timestamp == 0 and relative == 0:
-            lines.append(f"(entries from {index} on are zero-filled preallocated space)")
-            return DumpResult(lines=tuple(lines), error=None)
+            return _preallocated(sink, index)
         if relative < 0 or (
             previous is not None and (timestamp <= previous[0] or relative < previous[1])
         ):
@@ -364,24 +534,25 @@ def dump_time_index(data: bytes, *, path: str, base_offset: int) -> DumpResult:
                      f"(timestamp {timestamp}, relative offset {relative}) does not increase "
                      "past the previous entry")
             break
-        lines.append(f"timestamp: {timestamp} offset: {base_offset + relative}")
+        sink.item("timeIndexEntry", {"timestamp": timestamp, "offset": base_offset + relative})
         previous = (timestamp, relative)
     else:
         if len(data) % _TIME_ENTRY.size:
             error = (f"{path}: {len(data) % _TIME_ENTRY.size} trailing bytes after {count} "
                      f"entries are not a whole {_TIME_ENTRY.size}-byte entry (a torn write?)")
-    if error is not None:
-        lines.append(f"Error: {error}")
-    return DumpResult(lines=tuple(lines), error=error)
+    return sink.result(None) if error is None else _fail(sink, error)
 
 
-def dump_txn_index(data: bytes, *, path: str) -> DumpResult:
+def dump_txn_index(data: bytes, *, path: str, base_offset: int | None = None,
+                   output: str = "text") -> DumpResult:
     """A Kafka ``.txnindex``: one line per aborted transaction (34-byte entries), as kafka-dump-log prints.
 
     kraftlog never writes one; the first line says so, so that nobody looks
     for transaction state kraftlog does not keep.
     """
-    lines = [f"Dumping {path}", f"Note: {TXN_INDEX_NOTE}"]
+    sink = _Sink(output)
+    _start(sink, path, FileKind.TXN_INDEX, base_offset)
+    sink.line(f"Note: {TXN_INDEX_NOTE}", "note", {"note": TXN_INDEX_NOTE})
     error: str | None = None
     count = len(data) // _TXN_ENTRY.size
     for index in range(count):
@@ -390,51 +561,59 @@ def dump_txn_index(data: bytes, *, path: str) -> DumpResult:
             error = (f"{path}: entry {index} at byte {index * _TXN_ENTRY.size} has version {version} "
                      "(Kafka writes version 0)")
             break
-        lines.append(f"version: {version} producerId: {producer_id} firstOffset: {first} "
-                     f"lastOffset: {last} lastStableOffset: {last_stable}")
+        sink.item("abortedTxn", {"version": version, "producerId": producer_id, "firstOffset": first,
+                                 "lastOffset": last, "lastStableOffset": last_stable})
     else:
         if len(data) % _TXN_ENTRY.size:
             error = (f"{path}: {len(data) % _TXN_ENTRY.size} trailing bytes after {count} "
                      f"entries are not a whole {_TXN_ENTRY.size}-byte entry (a torn write?)")
-    if error is not None:
-        lines.append(f"Error: {error}")
-    return DumpResult(lines=tuple(lines), error=error)
+    return sink.result(None) if error is None else _fail(sink, error)
 
 
-def dump_offset_checkpoint(data: bytes, *, path: str) -> DumpResult:
-    lines = [f"Dumping {path}"]
+def dump_offset_checkpoint(data: bytes, *, path: str, output: str = "text") -> DumpResult:
+    sink = _Sink(output)
+    _start(sink, path, FileKind.OFFSET_CHECKPOINT, None)
     try:
         entries = checkpoint.parse_checkpoint(data, checkpoint.OffsetEntryFormatter(), path=path)
     except errors.CorruptFileError as exc:
-        return DumpResult(lines=(*lines, f"Error: {exc}"), error=str(exc))
-    lines.append(f"version: {checkpoint.CURRENT_VERSION} entries: {len(entries)}")
-    lines.extend(f"topic: {tp.topic} partition: {tp.partition} offset: {offset}" for tp, offset in entries)
-    return DumpResult(lines=tuple(lines), error=None)
+        return _fail(sink, str(exc))
+    sink.item("checkpoint", {"version": checkpoint.CURRENT_VERSION, "entries": len(entries)})
+    for tp, offset in entries:
+        sink.item("offsetCheckpointEntry",
+                  {"topic": tp.topic, "partition": tp.partition, "offset": offset})
+    return sink.result(None)
 
 
-def dump_leader_epoch_checkpoint(data: bytes, *, path: str) -> DumpResult:
-    lines = [f"Dumping {path}"]
+def dump_leader_epoch_checkpoint(data: bytes, *, path: str, output: str = "text") -> DumpResult:
+    sink = _Sink(output)
+    _start(sink, path, FileKind.LEADER_EPOCH_CHECKPOINT, None)
     try:
         entries = checkpoint.parse_checkpoint(data, checkpoint.EpochEntryFormatter(), path=path)
     except errors.CorruptFileError as exc:
-        return DumpResult(lines=(*lines, f"Error: {exc}"), error=str(exc))
-    lines.append(f"version: {checkpoint.CURRENT_VERSION} entries: {len(entries)}")
-    lines.extend(f"epoch: {e.epoch} startOffset: {e.start_offset}" for e in entries)
-    return DumpResult(lines=tuple(lines), error=None)
+        return _fail(sink, str(exc))
+    sink.item("checkpoint", {"version": checkpoint.CURRENT_VERSION, "entries": len(entries)})
+    for e in entries:
+        sink.item("leaderEpochEntry", {"epoch": e.epoch, "startOffset": e.start_offset})
+    return sink.result(None)
 
 
-def dump_meta_properties(data: bytes, *, path: str) -> DumpResult:
-    lines = [f"Dumping {path}"]
+def dump_meta_properties(data: bytes, *, path: str, output: str = "text") -> DumpResult:
+    sink = _Sink(output)
+    _start(sink, path, FileKind.META_PROPERTIES, None)
     try:
         props = meta_properties.parse_properties(data, path=path)
     except errors.CorruptFileError as exc:
-        return DumpResult(lines=(*lines, f"Error: {exc}"), error=str(exc))
-    lines.append(f"version: {int(props.version)}")
-    lines.append(f"cluster.id: {props.cluster_id}")
-    lines.append(f"node.id: {props.node_id}")
-    lines.append(f"directory.id: {props.directory_id if props.directory_id is not None else '(none)'}")
-    lines.extend(f"{key}: {value}" for key, value in sorted(props.other.items()))
-    return DumpResult(lines=tuple(lines), error=None)
+        return _fail(sink, str(exc))
+    directory_id = None if props.directory_id is None else str(props.directory_id)
+    fields: dict[str, Any] = {"version": int(props.version), "cluster.id": str(props.cluster_id),
+                              "node.id": props.node_id, "directory.id": directory_id}
+    fields.update(sorted(props.other.items()))
+    if sink.json:
+        sink.item("metaProperties", fields)
+    else:
+        fields["directory.id"] = "(none)" if directory_id is None else directory_id
+        sink.lines.extend(f"{key}: {value}" for key, value in fields.items())
+    return sink.result(None)
 
 
 def dump_file(
@@ -446,29 +625,34 @@ def dump_file(
     file_size: int | None = None,
     payload_formatter: PayloadFormatter = utf8_payload,
     control_formatter: ControlFormatter = hex_control,
+    json_payload_formatter: JsonPayloadFormatter = bytes_json_payload,
+    json_control_formatter: JsonControlFormatter = bytes_json_control,
 ) -> DumpResult:
     """Dispatch on the file name; ``name`` is the base name, ``path`` what to print."""
     kind = file_kind(name)
     base_offset = base_offset_of(name)
+    output = options.output
     if kind in (FileKind.LOG, FileKind.SNAPSHOT):
         return dump_log(data, path=path, options=options, base_offset=base_offset,
                         file_size=file_size, payload_formatter=payload_formatter,
-                        control_formatter=control_formatter)
+                        control_formatter=control_formatter,
+                        json_payload_formatter=json_payload_formatter,
+                        json_control_formatter=json_control_formatter, kind=kind)
     if kind in (FileKind.OFFSET_INDEX, FileKind.TIME_INDEX):
         if base_offset is None:
-            error = f"{path}: file name is not <20-digit base offset>.{kind.value}"
-            return DumpResult(lines=(f"Dumping {path}", f"Error: {error}"), error=error)
+            sink = _Sink(output)
+            _start(sink, path, kind, None)
+            return _fail(sink, f"{path}: file name is not <20-digit base offset>.{kind.value}")
         if kind == FileKind.OFFSET_INDEX:
-            return dump_offset_index(data, path=path, base_offset=base_offset)
-        return dump_time_index(data, path=path, base_offset=base_offset)
+            return dump_offset_index(data, path=path, base_offset=base_offset, output=output)
+        return dump_time_index(data, path=path, base_offset=base_offset, output=output)
     if kind == FileKind.TXN_INDEX:
-        return dump_txn_index(data, path=path)
+        return dump_txn_index(data, path=path, base_offset=base_offset, output=output)
     if kind == FileKind.OFFSET_CHECKPOINT:
-        return dump_offset_checkpoint(data, path=path)
+        return dump_offset_checkpoint(data, path=path, output=output)
     if kind == FileKind.LEADER_EPOCH_CHECKPOINT:
-        return dump_leader_epoch_checkpoint(data, path=path)
+        return dump_leader_epoch_checkpoint(data, path=path, output=output)
     if kind == FileKind.META_PROPERTIES:
-        return dump_meta_properties(data, path=path)
-    error = (f"{path}: unknown file type (expected .log, .index, .timeindex, .txnindex, a snapshot "
-             ".checkpoint, a checkpoint file or meta.properties)")
-    return DumpResult(lines=(f"Error: {error}",), error=error)
+        return dump_meta_properties(data, path=path, output=output)
+    return failure(f"{path}: unknown file type (expected .log, .index, .timeindex, .txnindex, "
+                   "a snapshot .checkpoint, a checkpoint file or meta.properties)", options)
