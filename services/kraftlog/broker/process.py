@@ -202,6 +202,18 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="log.retention.bytes", type=_LONG, default=-1,
                       doc="bytes a partition log may hold before its oldest segments go; "
                           "-1 = no limit"),
+    kconfig.ConfigKey(name="log.message.timestamp.type", type=_S, default="CreateTime",
+                      validator=kconfig.one_of("CreateTime", "LogAppendTime"),
+                      doc="CreateTime keeps the producer's timestamps, LogAppendTime stamps the "
+                          "leader's clock (topics: message.timestamp.type)"),
+    kconfig.ConfigKey(name="log.message.timestamp.before.max.ms", type=_LONG,
+                      default=LogConfig().message_timestamp_before_max_ms,
+                      validator=kconfig.at_least(0),
+                      doc="ms a CreateTime timestamp may lie before the leader's clock"),
+    kconfig.ConfigKey(name="log.message.timestamp.after.max.ms", type=_LONG,
+                      default=LogConfig().message_timestamp_after_max_ms,
+                      validator=kconfig.at_least(0),
+                      doc="ms a CreateTime timestamp may lie after the leader's clock"),
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
     kconfig.ConfigKey(name="kraftlog.malloc.mmap.threshold.bytes", type=_I,
@@ -265,7 +277,10 @@ def broker_log_config(cfg: kconfig.Config) -> LogConfig:
     return LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
                      segment_ms=cfg.get_int("log.roll.ms"),
                      retention_ms=cfg.get_int("log.retention.ms"),
-                     retention_bytes=cfg.get_int("log.retention.bytes"))
+                     retention_bytes=cfg.get_int("log.retention.bytes"),
+                     message_timestamp_before_max_ms=cfg.get_int("log.message.timestamp.before.max.ms"),
+                     message_timestamp_after_max_ms=cfg.get_int("log.message.timestamp.after.max.ms"),
+                     ).with_overrides({"log.message.timestamp.type": cfg.get_str("log.message.timestamp.type")})
 
 
 class LocalLogs:
