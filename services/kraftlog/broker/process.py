@@ -86,7 +86,7 @@ from kraftlog.raft import driver, shared_driver
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
-from kraftlog.storage import checkpoint, leader_epoch, meta_properties
+from kraftlog.storage import checkpoint, leader_epoch, log_dir_lock, meta_properties
 from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.log_config import LogConfig
@@ -643,7 +643,14 @@ class _Publisher:
 async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
     """Run the broker until SIGTERM/SIGINT; with ``shared`` (combined mode) it listens to
     the co-located controller's raft driver instead of fetching the log as an observer,
-    and stops on ``shared.stop``."""
+    and stops on ``shared.stop``. Every log dir and the metadata dir are locked first
+    (``.lock``, :mod:`kraftlog.storage.log_dir_lock`): a second process on them exits at once."""
+    with log_dir_lock.lock_dirs([*map(pathlib.Path, cfg.get_list("log.dirs")),
+                                 *map(pathlib.Path, filter(None, [cfg.get_str("metadata.log.dir")]))]):
+        return await _serve(cfg, shared=shared)
+
+
+async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None) -> int:
     node_id = cfg.get_int("node.id")
     if "broker" not in cfg.get_list("process.roles"):
         raise errors.ConfigError("process.roles must contain 'broker' for 'kraftlog broker'")
