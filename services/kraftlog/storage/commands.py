@@ -14,7 +14,9 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
   kafka-storage.sh does (which, without the flag, refuses any formatted
   directory; kraftlog only refuses foreign ones, so that re-running a set-up
   script is safe). The bootstrap voter set (KIP-853) is recorded in
-  ``__cluster_metadata-0/bootstrap-voters.json`` for the raft layer.
+  ``__cluster_metadata-0/bootstrap-voters.json`` for the raft layer. A directory
+  a running node holds (its ``.lock``, :mod:`kraftlog.storage.log_dir_lock`) is
+  refused before anything is read.
 * ``kraftlog storage random-uuid`` prints a new cluster id.
 * ``kraftlog storage info --data-dir DIR ...`` prints each directory's
   ``meta.properties`` and contents.
