@@ -277,104 +277,100 @@ def _scan_records(data: bytes | bytearray, pos: int, end: int, count: int,
         for index in range(count):
             if pos >= end:
                 raise _Bad(index, f"the records section ends after {index} of {count} records")
-            # length (varint, > 0)
+            # length (varint, > 0): an even raw value r > 0 stands for r >> 1
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                length = (raw >> 1) ^ -(raw & 1)
             else:
                 high = data[pos + 1]
                 if high < 0x80:
                     raw = (raw & 0x7F) | (high << 7)
                     pos += 2
-                    length = (raw >> 1) ^ -(raw & 1)
                 else:
-                    length, pos = _slow_varint(data, pos, index, "length")
-            limit = pos + length
-            if length <= 0 or limit > end:
+                    value, pos = _slow_varint(data, pos, index, "length")
+                    raw = (value << 1) ^ (value >> 63)
+            limit = pos + (raw >> 1)
+            if raw & 1 or raw == 0 or limit > end:
+                length = (raw >> 1) ^ -(raw & 1)
                 raise _Bad(index, f"record {index} has invalid length {length} "
                                   f"({end - pos} bytes remain in the section)")
-            pos += 1  # attributes (int8, unused in v2)
-            # timestamp delta (varlong)
-            raw = data[pos]
+            # attributes (int8, unused in v2), then the timestamp delta (varlong)
+            raw = data[pos + 1]
             if raw < 0x80:
-                pos += 1
+                pos += 2
                 delta = (raw >> 1) ^ -(raw & 1)
             else:
-                high = data[pos + 1]
+                high = data[pos + 2]
                 if high < 0x80:
                     raw = (raw & 0x7F) | (high << 7)
-                    pos += 2
+                    pos += 3
                     delta = (raw >> 1) ^ -(raw & 1)
                 else:
-                    delta, pos = _slow_varint(data, pos, index, "timestamp delta", long=True)
+                    delta, pos = _slow_varint(data, pos + 1, index, "timestamp delta", long=True)
             if delta < min_delta:
                 min_delta = delta
             if delta > max_delta:
                 max_delta = delta
-            # offset delta (varint): must be the record's index
+            # offset delta (varint): must be the record's index, whose zigzag is index * 2
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                offset_delta = (raw >> 1) ^ -(raw & 1)
             else:
                 high = data[pos + 1]
                 if high < 0x80:
                     raw = (raw & 0x7F) | (high << 7)
                     pos += 2
-                    offset_delta = (raw >> 1) ^ -(raw & 1)
                 else:
-                    offset_delta, pos = _slow_varint(data, pos, index, "offset delta")
-            if offset_delta != index:
-                raise _Bad(index, f"record {index} has offset delta {offset_delta}, expected {index}")
-            # key: length varint (-1 = null) and the bytes, skipped
+                    value, pos = _slow_varint(data, pos, index, "offset delta")
+                    raw = (value << 1) ^ (value >> 63)
+            if raw != index + index:
+                raise _Bad(index, f"record {index} has offset delta {(raw >> 1) ^ -(raw & 1)}, "
+                                  f"expected {index}")
+            # key: a length varint (-1 = null: zigzag 1) and the bytes, skipped
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                size = (raw >> 1) ^ -(raw & 1)
             else:
                 high = data[pos + 1]
                 if high < 0x80:
                     raw = (raw & 0x7F) | (high << 7)
                     pos += 2
-                    size = (raw >> 1) ^ -(raw & 1)
                 else:
-                    size, pos = _slow_varint(data, pos, index, "key length")
-            if size >= 0:
-                pos += size
-            elif size == -1:
+                    value, pos = _slow_varint(data, pos, index, "key length")
+                    raw = (value << 1) ^ (value >> 63)
+            if raw == 1:
                 if compacted:
                     keyless.append(index)
+            elif raw & 1:
+                raise _Bad(index, f"record {index} has invalid key length {(raw >> 1) ^ -1}")
             else:
-                raise _Bad(index, f"record {index} has invalid key length {size}")
+                pos += raw >> 1
             # value: the same
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
-                size = (raw >> 1) ^ -(raw & 1)
             else:
                 high = data[pos + 1]
                 if high < 0x80:
                     raw = (raw & 0x7F) | (high << 7)
                     pos += 2
-                    size = (raw >> 1) ^ -(raw & 1)
                 else:
-                    size, pos = _slow_varint(data, pos, index, "value length")
-            if size >= 0:
-                pos += size
-            elif size != -1:
-                raise _Bad(index, f"record {index} has invalid value length {size}")
+                    value, pos = _slow_varint(data, pos, index, "value length")
+                    raw = (value << 1) ^ (value >> 63)
+            if not raw & 1:
+                pos += raw >> 1
+            elif raw != 1:
+                raise _Bad(index, f"record {index} has invalid value length {(raw >> 1) ^ -1}")
+            # headers: the count (0: none, the common case), then (key, value) pairs
             if pos >= limit:
                 raise _Bad(index, f"record {index}'s key and value run past the end of the record")
-            # headers: count, then (key, value) pairs
-            raw = data[pos]
-            if raw == 0:
+            if data[pos] == 0:
                 pos += 1
             else:
                 pos = _scan_headers(data, pos, limit, index)
             if pos != limit:
-                raise _Bad(index, f"record {index} declares {length} bytes but its fields use "
-                                  f"{pos - limit + length}")
+                raise _Bad(index, f"record {index}'s fields do not fill its declared length exactly "
+                                  f"({pos - limit:+d} bytes)")
     except IndexError:
         raise _Bad(index, f"record {index} is truncated: the data ends inside it") from None
     if pos != end:
