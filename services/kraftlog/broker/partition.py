@@ -8,7 +8,8 @@ Owns, for one ``<topic>-<index>`` replica whose log lives on this broker:
   last caught-up time), the high watermark (the minimum log end offset over
   the *maximal* ISR, never decreasing), ISR expansion and shrinking as a
   *pending* AlterPartition proposal (KIP-497), appends with the
-  ``min.insync.replicas`` check, and reads with leader-epoch fencing and
+  ``min.insync.replicas`` check after Kafka's LogValidator has parsed every record
+  (:mod:`kraftlog.storage.log_validator`), and reads with leader-epoch fencing and
   diverging-epoch answers (KIP-320);
 * as follower, the follower-side log operations the fetcher needs (append the
   leader's batches as they are, truncate, adopt the leader's high watermark);

@@ -2,7 +2,9 @@
 
 Startup, in order (Kafka's BrokerServer):
 
-1. read and check ``meta.properties`` of every ``log.dirs`` entry and of the
+1. lock every ``log.dirs`` entry and the metadata log dir (``.lock``; a second process
+   on them exits at once, :mod:`kraftlog.storage.log_dir_lock`), then
+   read and check ``meta.properties`` of every ``log.dirs`` entry and of the
    metadata log dir (formatted by ``kraftlog storage format`` for this node and
    one cluster), then open and recover every ``<topic>-<partition>/`` log found
    (``event=log_recovery state=RECOVERY`` per log, then a summary);

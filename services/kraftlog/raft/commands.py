@@ -1,8 +1,9 @@
 """``kraftlog controller --config FILE [--override key=value ...]``: run one quorum member.
 
 Reads a Kafka ``server.properties`` (the keys in :data:`CONTROLLER_CONFIG`, Kafka's
-names and units; other keys are reported as unused), checks the metadata log
-directory before anything starts — it must be formatted by ``kraftlog storage
+names and units; other keys are reported as unused), locks the metadata log
+directory and every ``log.dirs`` entry (``.lock``: a second process on them exits at
+once), checks the metadata log directory before anything starts — it must be formatted by ``kraftlog storage
 format`` for this node (``meta.properties``), its ``quorum-state`` must be
 readable and agree with ``controller.quorum.voters``, and a non-empty log without
 a ``quorum-state`` is refused (the node could vote twice in one epoch) — then
