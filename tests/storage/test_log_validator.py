@@ -303,7 +303,7 @@ _records = st.lists(st.builds(
 _codecs = st.sampled_from([c for c in rb.CompressionType if c is not rb.CompressionType.SNAPPY])
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=_records, codec=_codecs, producer=st.booleans())
 def test_the_producers_batches_always_pass(records: list[rb.RecordInput], codec: rb.CompressionType,
                                            producer: bool) -> None:
@@ -317,7 +317,7 @@ def test_the_producers_batches_always_pass(records: list[rb.RecordInput], codec:
     assert check(rb.build_batch(records, compression=codec)) is None
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=_records, codec=_codecs, data=st.data())
 def test_flipped_record_bytes_are_refused_or_still_decode(records: list[rb.RecordInput],
                                                           codec: rb.CompressionType, data: st.DataObject) -> None:
