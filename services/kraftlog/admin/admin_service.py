@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from kraftlog import rpc_guard
 from kraftlog.admin import quorum_history, topic_health
 from kraftlog.error_codes import ErrorCode
 from kraftlog.raft import transport
@@ -891,4 +892,5 @@ def history_response(history: quorum_history.QuorumHistory, *, from_epoch: int =
 
 
 def add_to_server(servicer: AdminServicer, server: Any) -> None:
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(servicer, server)
+    rpc_guard.add_service(
+        lambda s: admin_pb2_grpc.add_AdminServiceServicer_to_server(servicer, s), server)

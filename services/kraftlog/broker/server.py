@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from kraftlog import rpc_guard
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
@@ -729,7 +730,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
 
 def add_to_server(servicer: BrokerServicer, server: Any) -> None:
-    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)
+    rpc_guard.add_service(
+        lambda s: broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, s), server)
 
 
 def create_server(servicer: BrokerServicer, *, interceptors: Sequence[Any] = ()) -> Any:

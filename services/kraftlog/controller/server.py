@@ -21,7 +21,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from kraftlog import errors
+from kraftlog import errors, rpc_guard
 from kraftlog.controller import api, convert
 from kraftlog.controller.driver import QuorumController
 from kraftlog.controller.state import ControllerState
@@ -248,4 +248,5 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
 
 def add_to_server(servicer: ControllerServicer, server: Any) -> None:
-    controller_pb2_grpc.add_ControllerServiceServicer_to_server(servicer, server)
+    rpc_guard.add_service(
+        lambda s: controller_pb2_grpc.add_ControllerServiceServicer_to_server(servicer, s), server)
