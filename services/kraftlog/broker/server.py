@@ -97,6 +97,10 @@ def uuid_from_proto(value: common_pb2.Uuid) -> Uuid:
 
 
 def error_proto(code: ErrorCode, message: str = "") -> common_pb2.Error:
+    """An error for a response; a message built from a local exception (a log's, naming its
+    directory) leaves without the server's directories."""
+    if message and "/" in message:
+        message = rpc_guard.public_message(message)
     return common_pb2.Error(code=int(code), message=message)  # type: ignore[arg-type]
 
 

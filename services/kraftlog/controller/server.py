@@ -83,7 +83,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             value = convert.from_proto(request, request_cls)
         except convert.InvalidRequestError as exc:
             return self._error_response(response_cls, ErrorCode.INVALID_REQUEST,
-                                        f"{rpc}: {exc}")
+                                        rpc_guard.public_message(f"{rpc}: {exc}"))
         remaining = context.time_remaining() if context is not None else None
         timeout_s = DEFAULT_DEADLINE_S if remaining is None else max(remaining, 0.0)
         try:
@@ -99,7 +99,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         except errors.KraftlogError as exc:
             logger.warning("event=controller_rpc_failed rpc=%s error=%r", rpc, str(exc))
             return self._error_response(response_cls, ErrorCode.UNKNOWN_SERVER_ERROR,
-                                        f"{rpc}: {exc}")
+                                        rpc_guard.public_message(f"{rpc}: {exc}"))
         response = convert.to_proto(answer, response_cls)
         response.active_controller.CopyFrom(self._hint())  # type: ignore[attr-defined]
         return response
