@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 
 import pytest
 from raft_harness import CLUSTER, CONFIG, Node, elect, fetch, vote
@@ -148,6 +149,17 @@ def test_a_second_leader_of_the_same_epoch_is_refused_not_fatal() -> None:
     assert isinstance(response, m.BeginQuorumEpochResponse)
     assert response.error_code is ErrorCode.INVALID_REQUEST
     assert snapshot(follower) == before
+
+
+def test_a_flood_of_refused_requests_logs_one_warning_per_interval(
+        caplog: pytest.LogCaptureFixture) -> None:
+    follower = follower_of(3)
+    caplog.set_level(logging.WARNING, logger="kraftlog.raft.consensus")
+    for now_ms in range(0, 50):
+        follower.client.handle_request(2, begin(2, 1), now_ms)
+    follower.client.handle_request(2, begin(2, 1), consensus.REFUSAL_LOG_INTERVAL_MS)
+    lines = [r.getMessage() for r in caplog.records if "claims to lead" in r.getMessage()]
+    assert len(lines) == 2 and lines[1].endswith("(49 more since the last)"), lines
 
 
 def test_a_response_naming_a_second_leader_is_ignored() -> None:

@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 
 RETRY_BACKOFF_BASE_MS = 100
 """Unit of the election backoff (Kafka's ``RETRY_BACKOFF_BASE_MS``)."""
+REFUSAL_LOG_INTERVAL_MS = 10_000
+"""At most one warning per kind of refused peer message in this long (a flood of forged
+requests must not become a flood of log lines)."""
 _NEVER = 1 << 62
 
 
@@ -216,6 +219,8 @@ class RaftClient:
         # changes, so a dead voter is not hammered afresh by every election.
         self._send_failures: dict[int, int] = {}
         self._purgatory: dict[int, _ParkedFetch] = {}
+        # kind of refusal -> (when it was last logged, how many went unlogged since)
+        self._refusals_logged: dict[str, tuple[int, int]] = {}
         self._listener_next_offset = 0
         self._fired_leader: tuple[int, int] | None = None
         # When set, poll() leaves the leader's fsync to its driver (``flush_leader_log()``,
@@ -264,6 +269,16 @@ class RaftClient:
     def _log_state_change(self, why: str, now_ms: int) -> None:
         logger.info("[node=%s epoch=%s] state=%s reason=%s now_ms=%s", self.node_id, self.epoch,
                     self.quorum.state.describe(), why, now_ms)
+
+    def _warn_refused(self, kind: str, now_ms: int, message: str, *args: object) -> None:
+        """Log a refused peer message, at most once per REFUSAL_LOG_INTERVAL_MS per kind."""
+        last_ms, skipped = self._refusals_logged.get(kind, (None, 0))
+        if last_ms is not None and now_ms - last_ms < REFUSAL_LOG_INTERVAL_MS:
+            self._refusals_logged[kind] = (last_ms, skipped + 1)
+            return
+        self._refusals_logged[kind] = (now_ms, 0)
+        logger.warning("[node=%s epoch=%s] " + message + " (%d more since the last)",
+                       self.node_id, self.epoch, *args, skipped)
 
     def _after_transition(self, why: str, now_ms: int) -> None:
         # A new role talks to everyone afresh; stale answers are recognised by their request.
@@ -700,7 +715,7 @@ class RaftClient:
         return self._vote_response(ErrorCode.NONE, granted)
 
     def _validate_voter_request(self, cluster_id: str, leader_id: int,
-                                leader_epoch: int) -> ErrorCode | None:
+                                leader_epoch: int, now_ms: int) -> ErrorCode | None:
         if cluster_id != self.cluster_id:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
         if leader_id not in self.quorum.voters or leader_id == self.node_id \
@@ -709,9 +724,9 @@ class RaftClient:
         if leader_epoch < self.epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
         if self._conflicting_leader(leader_id, leader_epoch):
-            logger.warning("[node=%s epoch=%s] refused: %s claims to lead epoch %s, which %s",
-                           self.node_id, self.epoch, leader_id, leader_epoch,
-                           self.quorum.state.describe())
+            self._warn_refused("second_leader_request", now_ms,
+                               "refused: %s claims to lead epoch %s, which %s", leader_id,
+                               leader_epoch, self.quorum.state.describe())
             return ErrorCode.INVALID_REQUEST
         return None
 
@@ -748,7 +763,7 @@ class RaftClient:
     def handle_begin_quorum_epoch_request(self, request: m.BeginQuorumEpochRequest,
                                           now_ms: int) -> m.BeginQuorumEpochResponse:
         error = self._validate_voter_request(request.cluster_id, request.leader_id,
-                                             request.leader_epoch)
+                                             request.leader_epoch, now_ms)
         if error is None and request.voter_id != self.node_id:
             error = ErrorCode.INCONSISTENT_VOTER_SET
         if error is None:
@@ -760,7 +775,7 @@ class RaftClient:
     def handle_end_quorum_epoch_request(self, request: m.EndQuorumEpochRequest,
                                         now_ms: int) -> m.EndQuorumEpochResponse:
         error = self._validate_voter_request(request.cluster_id, request.leader_id,
-                                             request.leader_epoch)
+                                             request.leader_epoch, now_ms)
         if error is None and not set(request.preferred_successors) <= self.quorum.voters:
             error = ErrorCode.INCONSISTENT_VOTER_SET
         if error is None:
@@ -988,9 +1003,9 @@ class RaftClient:
                 and getattr(self.quorum.state, "leader_id_hint", None) != leader_id:
             if self._conflicting_leader(leader_id, epoch):
                 # A peer's claim, not our state: ignore the answer rather than act on it.
-                logger.warning("[node=%s epoch=%s] ignored a response naming %s leader of "
-                               "epoch %s: %s", self.node_id, self.epoch, leader_id, epoch,
-                               self.quorum.state.describe())
+                self._warn_refused("second_leader_response", now_ms,
+                                   "ignored a response naming %s leader of epoch %s: %s",
+                                   leader_id, epoch, self.quorum.state.describe())
                 return True
             self._maybe_follow(leader_id, epoch, now_ms, f"response names leader {leader_id}")
             return True
@@ -1064,9 +1079,10 @@ class RaftClient:
         if target < self.log.high_watermark:
             # Committed entries are never truncated. A correct leader never asks for it (its
             # log holds every committed entry), so the answer is refused, not obeyed.
-            logger.warning("[node=%s epoch=%s] refused to truncate to %s below the high "
-                           "watermark %s (leader's diverging epoch %s)", self.node_id,
-                           self.epoch, target, self.log.high_watermark, diverging)
+            self._warn_refused("truncate_below_hw", now_ms,
+                               "refused to truncate to %s below the high watermark %s "
+                               "(leader's diverging epoch %s)", target,
+                               self.log.high_watermark, diverging)
             return False
         before = self.log.end_offset
         self.log.truncate_to(max(target, self.log.start_offset))
