@@ -11,7 +11,8 @@ kraftlog's conventions:
   shutdown: the process answers gRPC (the Helm chart's liveness probe);
 
 and server reflection for the role's services, health and reflection itself, so that
-``grpcurl`` lists and calls them. Used by ``kraftlog controller`` (raft/commands.py),
+``grpcurl`` lists and calls them. Both are registered through :mod:`kraftlog.rpc_guard`,
+like every kraftlog service. Used by ``kraftlog controller`` (raft/commands.py),
 ``kraftlog broker`` (broker/process.py) and ``kraftlog admin`` (admin/server_commands.py).
 Edge module: grpc.
 """
