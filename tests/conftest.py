@@ -1,6 +1,6 @@
-"""Make the shared multi-process helpers importable as ``quorum_cluster`` and
-``dev_cluster`` (pytest runs with ``--import-mode=importlib``, so sibling modules are
-not on sys.path)."""
+"""Make the shared helpers importable as ``quorum_cluster``, ``dev_cluster`` (multi-process)
+and ``proto_fuzz`` (hostile requests); pytest runs with ``--import-mode=importlib``, so
+sibling modules are not on sys.path."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib.util
 import pathlib
 import sys
 
-for _name in ("quorum_cluster", "dev_cluster"):
+for _name in ("quorum_cluster", "dev_cluster", "proto_fuzz"):
     if _name not in sys.modules:
         _spec = importlib.util.spec_from_file_location(
             _name, pathlib.Path(__file__).with_name(f"{_name}.py"))

@@ -11,7 +11,8 @@ kraftlog's conventions:
   shutdown: the process answers gRPC (the Helm chart's liveness probe);
 
 and server reflection for the role's services, health and reflection itself, so that
-``grpcurl`` lists and calls them. Used by ``kraftlog controller`` (raft/commands.py),
+``grpcurl`` lists and calls them. Both are registered through :mod:`kraftlog.rpc_guard`,
+like every kraftlog service. Used by ``kraftlog controller`` (raft/commands.py),
 ``kraftlog broker`` (broker/process.py) and ``kraftlog admin`` (admin/server_commands.py).
 Edge module: grpc.
 """
@@ -23,7 +24,9 @@ from typing import Any
 
 from grpc_health.v1 import health as grpc_health
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+
+from kraftlog import rpc_guard
 
 LIVENESS_SERVICE_NAME = "liveness"
 """The health service name a liveness probe asks: SERVING while the process serves gRPC."""
@@ -35,9 +38,16 @@ class ServerHealth:
 
     def __init__(self, server: Any, *, service: str, reflected: Sequence[str] = ()) -> None:
         self._servicer = grpc_health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._servicer, server)
-        reflection.enable_server_reflection(
-            (service, *reflected, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME), server)
+        servicer = self._servicer
+        rpc_guard.add_service(lambda s: health_pb2_grpc.add_HealthServicer_to_server(servicer, s),
+                              server)
+        names = (service, *reflected, HEALTH_SERVICE_NAME, reflection.SERVICE_NAME)
+        # reflection.enable_server_reflection picks the aio servicer by the server's type,
+        # which the guard's registrar is not: choose it here.
+        reflector = reflection.aio.ReflectionServicer(names)
+        rpc_guard.add_service(
+            lambda s: reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflector, s),
+            server)
         self._readiness = ("", service)
         self.serving: bool | None = None
         """The last readiness set (None before :meth:`start`)."""

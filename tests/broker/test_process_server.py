@@ -9,11 +9,14 @@ fast it runs: every wait is on an answer, bounded by a generous timeout.
 from __future__ import annotations
 
 import asyncio
+import logging
 import pathlib
+import random
 from typing import Any
 
 import crc32c
 import grpc
+import proto_fuzz
 import pytest
 from broker_harness import TOPIC_ID, TP, batch, open_partition
 
@@ -564,3 +567,65 @@ def test_a_poisoned_produce_is_refused_with_record_errors_and_the_partition_stay
     assert accepted.error.code == common_pb2.NONE and accepted.base_offset == 0
     records = fetched.responses[0].partitions[0].records
     assert [r.value for b in rb.decode_batches(records) for r in b.records] == [b"a", b"b"]
+
+
+def test_hostile_requests_get_error_codes_and_leave_the_partition_alone(
+        tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every unary BrokerService RPC with random edge-value requests (names and ids the
+    broker knows mixed in): each answers a response, never an exception; error messages
+    name no server path; the partition's ISR and leader epoch stay, and its log grows only by
+    the produces that were answered NONE."""
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=1)
+    rng = random.Random(11)
+    service = broker_pb2.DESCRIPTOR.services_by_name["BrokerService"]
+    before = (broker.partition.isr, broker.partition.leader_epoch)
+    start_offset = broker.partition.log_end_offset
+
+    async def scenario() -> int:
+        appended = 0
+        broker.data.start()
+        try:
+            for method in service.methods:
+                if method.client_streaming or method.server_streaming:
+                    continue  # FetchStream: UNIMPLEMENTED
+                request_cls = getattr(broker_pb2, method.input_type.name)
+                for _ in range(60):
+                    request = proto_fuzz.hostile(request_cls, rng, strings=(TP.topic,),
+                                                 ints=(0, 1, 2, 3))
+                    try:
+                        answer = await getattr(broker.servicer, method.name)(
+                            request, proto_fuzz.FakeContext(2.0))
+                    except proto_fuzz.Aborted as exc:  # only what a handler may abort with
+                        assert exc.code in (grpc.StatusCode.UNIMPLEMENTED,), exc
+                        continue
+                    for message in proto_fuzz.error_messages(answer):
+                        assert str(tmp_path) not in message, message  # (log_dir fields may)
+                    if method.name == "Produce" and request.acks != 0:
+                        for topic in answer.responses:
+                            for part in topic.partition_responses:
+                                if part.error.code == common_pb2.NONE:
+                                    appended = max(appended, part.base_offset + 1)
+        finally:
+            await broker.data.stop()
+        return appended
+
+    run(scenario())
+    assert (broker.partition.isr, broker.partition.leader_epoch) == before
+    assert broker.partition.log_end_offset >= start_offset
+    assert not [r.getMessage() for r in caplog.records
+                if r.levelno >= logging.ERROR and r.name.startswith("kraftlog")]
+
+
+def test_an_out_of_range_fetch_names_no_server_directory(tmp_path: pathlib.Path) -> None:
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+
+    async def scenario() -> Any:
+        broker.data.start()
+        try:
+            return await broker.servicer.Fetch(fetch_request(5, replica_id=-1), None)
+        finally:
+            await broker.data.stop()
+
+    part = run(scenario()).responses[0].partitions[0]
+    assert part.error.code == common_pb2.OFFSET_OUT_OF_RANGE
+    assert "offset 5" in part.error.message and str(tmp_path) not in part.error.message

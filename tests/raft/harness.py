@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from kraftlog.raft import consensus
 from kraftlog.raft import messages as m
+from kraftlog.raft.epoch_state import Role
+from kraftlog.raft.error_codes import ErrorCode
 from kraftlog.raft.memory_log import MemoryRaftLog
 from kraftlog.raft.quorum_state_store import MemoryQuorumStateStore
 from kraftlog.raft.raft_config import RaftConfig
@@ -123,3 +125,39 @@ def leader_of(nodes: dict[int, Node]) -> Node:
     leaders = [n for n in nodes.values() if n.client.role.value == "Leader"]
     assert len(leaders) == 1, [n.client.quorum.state.describe() for n in nodes.values()]
     return leaders[0]
+
+
+def vote(candidate: int, epoch: int, last_epoch: int = 0, last_offset: int = 0, *,
+         voter: int = 1, pre_vote: bool = False) -> m.VoteRequest:
+    return m.VoteRequest(cluster_id=CLUSTER, candidate_epoch=epoch, candidate_id=candidate,
+                         voter_id=voter, last_offset_epoch=last_epoch, last_offset=last_offset,
+                         pre_vote=pre_vote)
+
+
+def fetch(replica: int, epoch: int, offset: int, last_epoch: int, *, wait: int = 0,
+          max_bytes: int = 1 << 20) -> m.FetchRequest:
+    return m.FetchRequest(cluster_id=CLUSTER, replica_id=replica, current_leader_epoch=epoch,
+                          fetch_offset=offset, last_fetched_epoch=last_epoch, max_wait_ms=wait,
+                          max_bytes=max_bytes)
+
+
+def elect(node: Node, now_ms: int = 0) -> None:
+    """Drive node through pre-vote and vote with grants from node 2."""
+    node.client.poll(now_ms + 1000)
+    assert node.client.role is Role.PROSPECTIVE
+    for dest, req in node.sink.take(m.VoteRequest):
+        assert isinstance(req, m.VoteRequest) and req.pre_vote
+        if dest == 2:
+            node.client.handle_response(2, req, m.VoteResponse(
+                error_code=ErrorCode.NONE, leader_epoch=req.candidate_epoch - 1, leader_id=-1,
+                vote_granted=True), now_ms + 1000)
+    node.client.poll(now_ms + 1000)
+    assert node.client.role is Role.CANDIDATE
+    for dest, req in node.sink.take(m.VoteRequest):
+        assert isinstance(req, m.VoteRequest) and not req.pre_vote
+        if dest == 2:
+            node.client.handle_response(2, req, m.VoteResponse(
+                error_code=ErrorCode.NONE, leader_epoch=req.candidate_epoch, leader_id=-1,
+                vote_granted=True), now_ms + 1000)
+    node.client.poll(now_ms + 1000)
+    assert node.client.role is Role.LEADER

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from raft_harness import CLUSTER, CONFIG, Node, batch, leader_of, run
+from raft_harness import CLUSTER, CONFIG, Node, batch, elect, fetch, leader_of, run, vote
 
 from kraftlog.errors import InvariantViolation, NotLeaderError
 from kraftlog.ids import Epoch, NodeId
@@ -17,42 +17,6 @@ from kraftlog.raft.quorum_state_store import ElectionState, MemoryQuorumStateSto
 from kraftlog.storage import record_batch as rb
 
 K = consensus.RaftEventKind
-
-
-def vote(candidate: int, epoch: int, last_epoch: int = 0, last_offset: int = 0, *,
-         voter: int = 1, pre_vote: bool = False) -> m.VoteRequest:
-    return m.VoteRequest(cluster_id=CLUSTER, candidate_epoch=epoch, candidate_id=candidate,
-                         voter_id=voter, last_offset_epoch=last_epoch, last_offset=last_offset,
-                         pre_vote=pre_vote)
-
-
-def fetch(replica: int, epoch: int, offset: int, last_epoch: int, *, wait: int = 0,
-          max_bytes: int = 1 << 20) -> m.FetchRequest:
-    return m.FetchRequest(cluster_id=CLUSTER, replica_id=replica, current_leader_epoch=epoch,
-                          fetch_offset=offset, last_fetched_epoch=last_epoch, max_wait_ms=wait,
-                          max_bytes=max_bytes)
-
-
-def elect(node: Node, now_ms: int = 0) -> None:
-    """Drive node through pre-vote and vote with grants from node 2."""
-    node.client.poll(now_ms + 1000)
-    assert node.client.role is Role.PROSPECTIVE
-    for dest, req in node.sink.take(m.VoteRequest):
-        assert isinstance(req, m.VoteRequest) and req.pre_vote
-        if dest == 2:
-            node.client.handle_response(2, req, m.VoteResponse(
-                error_code=ErrorCode.NONE, leader_epoch=req.candidate_epoch - 1, leader_id=-1,
-                vote_granted=True), now_ms + 1000)
-    node.client.poll(now_ms + 1000)
-    assert node.client.role is Role.CANDIDATE
-    for dest, req in node.sink.take(m.VoteRequest):
-        assert isinstance(req, m.VoteRequest) and not req.pre_vote
-        if dest == 2:
-            node.client.handle_response(2, req, m.VoteResponse(
-                error_code=ErrorCode.NONE, leader_epoch=req.candidate_epoch, leader_id=-1,
-                vote_granted=True), now_ms + 1000)
-    node.client.poll(now_ms + 1000)
-    assert node.client.role is Role.LEADER
 
 
 # -- Vote --------------------------------------------------------------------------------------
@@ -295,7 +259,9 @@ def test_first_successor_skips_the_election_timeout() -> None:
 @pytest.mark.parametrize(("request_", "code"), [
     (fetch(2, 1, -1, 0), ErrorCode.INVALID_REQUEST),
     (fetch(2, 1, 0, 0, max_bytes=0), ErrorCode.INVALID_REQUEST),
-    (fetch(2, 0, 1, 1), ErrorCode.FENCED_LEADER_EPOCH),
+    (fetch(2, 0, 1, 0), ErrorCode.FENCED_LEADER_EPOCH),
+    (fetch(2, 1, 1, 2), ErrorCode.INVALID_REQUEST),  # a log epoch above the fetcher's epoch
+    (fetch(1, 1, 0, 0), ErrorCode.INVALID_REQUEST),  # in the leader's own name
     (fetch(2, 5, 1, 1), ErrorCode.UNKNOWN_LEADER_EPOCH),
     (m.FetchRequest(cluster_id="x", replica_id=2, current_leader_epoch=1, fetch_offset=0,
                     last_fetched_epoch=0, max_wait_ms=0, max_bytes=10),
@@ -369,10 +335,14 @@ def test_follower_refuses_to_truncate_below_its_high_watermark() -> None:
     assert node.log.high_watermark == 2 and node.log.flushed_offset == 2
     node.client.poll(1)
     [(_, again)] = node.sink.take(m.FetchRequest)
-    with pytest.raises(InvariantViolation, match="below the high watermark 2"):
-        node.client.handle_response(1, again, m.FetchResponse(
-            error_code=ErrorCode.NONE, leader_epoch=1, leader_id=1, high_watermark=2,
-            diverging_epoch=m.OffsetAndEpoch(offset=1, epoch=1)), 2)
+    # A leader's answer is input: the refusal keeps the log and backs off, it never crashes.
+    node.client.handle_response(1, again, m.FetchResponse(
+        error_code=ErrorCode.NONE, leader_epoch=1, leader_id=1, high_watermark=2,
+        diverging_epoch=m.OffsetAndEpoch(offset=1, epoch=1)), 2)
+    assert (node.log.end_offset, node.log.high_watermark) == (2, 2)
+    assert K.TRUNCATED not in node.kinds() and node.client.role is Role.FOLLOWER
+    node.client.poll(2)
+    assert node.sink.take(m.FetchRequest) == []  # backing off
 
 
 def test_stale_duplicate_fetch_response_is_ignored() -> None:

@@ -515,3 +515,42 @@ def test_a_follower_with_an_epoch_the_leader_never_saw_truncates_it_over_grpc(
 
 def rb_batch(*values: bytes) -> bytes:
     return record_batch.build_batch([record_batch.RecordInput(value=v) for v in values])
+
+
+def test_forged_votes_over_grpc_neither_crash_nor_unseat_the_leader(
+        tmp_path: pathlib.Path) -> None:
+    """Issue 17's raw-gRPC findings on a live three-node quorum: a Vote naming the receiver
+    as candidate ended the process (InvariantViolation); the same Vote in a real voter's
+    name made the leader resign; undecodable bytes were answered UNKNOWN with a traceback."""
+    async def scenario(root: pathlib.Path) -> None:
+        nodes = await start_cluster(root)
+        try:
+            await wait_until(lambda: single_leader(nodes) is not None, timeout_s=10,
+                             what="a leader", nodes=nodes)
+            leader = single_leader(nodes)
+            assert leader is not None
+            epoch = leader.status.epoch
+            for node in nodes.values():
+                other = next(i for i in nodes if i != node.node_id)
+                async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+                    stub = raft_pb2_grpc.RaftServiceStub(channel)
+                    for candidate, code in ((node.node_id, common_pb2.INVALID_REQUEST),
+                                            (other, common_pb2.NONE),
+                                            (9, common_pb2.INCONSISTENT_VOTER_SET)):
+                        answer = await stub.Vote(raft_pb2.VoteRequest(
+                            cluster_id=CLUSTER, candidate_id=candidate, voter_id=node.node_id,
+                            candidate_epoch=epoch + 1, last_offset_epoch=epoch,
+                            last_offset=10**9), timeout=2)
+                        assert (answer.error.code, answer.vote_granted) == (code, False)
+                    with pytest.raises(grpc.aio.AioRpcError) as raised:
+                        await channel.unary_unary("/kraftlog.v1.RaftService/Vote")(
+                            b"\xff\xff\xff\xff\x0f", timeout=2)
+                    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            await asyncio.sleep(0.3)
+            assert all(n.driver is not None and n.driver.running for n in nodes.values())
+            assert single_leader(nodes) is leader and leader.status.epoch == epoch
+        finally:
+            for n in nodes.values():
+                await n.stop(graceful=False)
+
+    run(scenario, tmp_path)

@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
+from kraftlog import rpc_guard
 from kraftlog.admin import quorum_history, topic_health
 from kraftlog.error_codes import ErrorCode
 from kraftlog.raft import transport
@@ -361,6 +362,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, locator: ClusterLocator) -> None:
         self.locator = locator
         self.settings = locator.settings
+        self._crash_log = rpc_guard.RateLimitedLog()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -384,8 +386,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                         exc.message)
             code, message = exc.code, exc.message
         except Exception as exc:  # a bug here must not become a bare gRPC UNKNOWN
-            logger.exception("event=admin_rpc_crashed rpc=%s", rpc)
-            code, message = ErrorCode.UNKNOWN_SERVER_ERROR, f"{rpc}: {type(exc).__name__}: {exc}"
+            # One traceback per interval and RPC; the caller learns that it failed, not
+            # the text (which may name files of this server).
+            suppressed = self._crash_log.admit(rpc)
+            if suppressed is not None:
+                logger.error("event=admin_rpc_crashed rpc=%s error=%s suppressed=%d", rpc,
+                             type(exc).__name__, suppressed, exc_info=exc)
+            code, message = (ErrorCode.UNKNOWN_SERVER_ERROR,
+                             f"{rpc}: internal error in the admin service (logged there)")
         response = response_cls()
         response.error.CopyFrom(error_proto(code, message))  # type: ignore[attr-defined]
         return response
@@ -756,6 +764,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def DescribeLogDirs(self, request: admin_pb2.AdminDescribeLogDirsRequest,
                               context: Any) -> admin_pb2.AdminDescribeLogDirsResponse:
         async def body(deadline: Deadline) -> admin_pb2.AdminDescribeLogDirsResponse:
+            bad = ([f"broker id {i}" for i in request.broker_ids if i < 0]
+                   + [f"partition {t.topic}-{p}" for t in request.topics
+                      for p in t.partitions if p < 0])
+            if bad:
+                raise RequestFailed(ErrorCode.INVALID_REQUEST,
+                                    f"DescribeLogDirs: negative {', '.join(bad[:5])}")
             brokers = {b.broker_id: b for b in await self.locator.brokers(deadline)}
             ids = list(dict.fromkeys(request.broker_ids)) or sorted(
                 i for i, b in brokers.items() if not b.fenced)
@@ -892,7 +906,8 @@ def history_response(history: quorum_history.QuorumHistory, *, from_epoch: int =
 
 
 def add_to_server(servicer: AdminServicer, server: Any) -> None:
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(servicer, server)
+    rpc_guard.add_service(
+        lambda s: admin_pb2_grpc.add_AdminServiceServicer_to_server(servicer, s), server)
 
 
 SERVICE_NAME = "kraftlog.v1.AdminService"

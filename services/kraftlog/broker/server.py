@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from kraftlog import rpc_guard
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
@@ -96,6 +97,10 @@ def uuid_from_proto(value: common_pb2.Uuid) -> Uuid:
 
 
 def error_proto(code: ErrorCode, message: str = "") -> common_pb2.Error:
+    """An error for a response; a message built from a local exception (a log's, naming its
+    directory) leaves without the server's directories."""
+    if message and "/" in message:
+        message = rpc_guard.public_message(message)
     return common_pb2.Error(code=int(code), message=message)  # type: ignore[arg-type]
 
 
@@ -732,7 +737,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
 
 def add_to_server(servicer: BrokerServicer, server: Any) -> None:
-    broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, server)
+    rpc_guard.add_service(
+        lambda s: broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, s), server)
 
 
 def create_server(servicer: BrokerServicer, *, interceptors: Sequence[Any] = ()) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
-from kraftlog import errors
+from kraftlog import errors, rpc_guard
 from kraftlog.controller import api, convert
 from kraftlog.controller.driver import QuorumController
 from kraftlog.controller.state import ControllerState
@@ -83,7 +83,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
             value = convert.from_proto(request, request_cls)
         except convert.InvalidRequestError as exc:
             return self._error_response(response_cls, ErrorCode.INVALID_REQUEST,
-                                        f"{rpc}: {exc}")
+                                        rpc_guard.public_message(f"{rpc}: {exc}"))
         remaining = context.time_remaining() if context is not None else None
         timeout_s = DEFAULT_DEADLINE_S if remaining is None else max(remaining, 0.0)
         try:
@@ -99,7 +99,7 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         except errors.KraftlogError as exc:
             logger.warning("event=controller_rpc_failed rpc=%s error=%r", rpc, str(exc))
             return self._error_response(response_cls, ErrorCode.UNKNOWN_SERVER_ERROR,
-                                        f"{rpc}: {exc}")
+                                        rpc_guard.public_message(f"{rpc}: {exc}"))
         response = convert.to_proto(answer, response_cls)
         response.active_controller.CopyFrom(self._hint())  # type: ignore[attr-defined]
         return response
@@ -248,4 +248,5 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
 
 def add_to_server(servicer: ControllerServicer, server: Any) -> None:
-    controller_pb2_grpc.add_ControllerServiceServicer_to_server(servicer, server)
+    rpc_guard.add_service(
+        lambda s: controller_pb2_grpc.add_ControllerServiceServicer_to_server(servicer, s), server)

@@ -43,7 +43,7 @@ import time
 from typing import Any
 
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server
+from kraftlog import errors, health_server, rpc_guard
 from kraftlog.controller import process as controller_process
 from kraftlog.raft import consensus, driver, listeners, shared_driver, transport
 from kraftlog.raft import quorum_state_store as qss
@@ -361,7 +361,7 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
             task.cancel()
         await asyncio.gather(health_task, stop_task, driver_task, metrics_task, controller_task,
                              return_exceptions=True)
-        await server.stop(SHUTDOWN_GRACE_S)
+        await rpc_guard.stop_server(server, SHUTDOWN_GRACE_S)
     return exit_code
 
 

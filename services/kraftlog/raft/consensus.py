@@ -60,6 +60,9 @@ logger = logging.getLogger(__name__)
 
 RETRY_BACKOFF_BASE_MS = 100
 """Unit of the election backoff (Kafka's ``RETRY_BACKOFF_BASE_MS``)."""
+REFUSAL_LOG_INTERVAL_MS = 10_000
+"""At most one warning per kind of refused peer message in this long (a flood of forged
+requests must not become a flood of log lines)."""
 _NEVER = 1 << 62
 
 
@@ -211,7 +214,13 @@ class RaftClient:
         self.quorum.initialize(log_end_epoch=log.last_fetched_epoch(), now_ms=now_ms)
         self._in_flight: dict[int, int] = {}
         self._backoff_until: dict[int, int] = {}
+        # Sends to each destination that failed (no answer) since its last answer: the pause
+        # before the next one doubles with each (see _note_send_failure). Kept across role
+        # changes, so a dead voter is not hammered afresh by every election.
+        self._send_failures: dict[int, int] = {}
         self._purgatory: dict[int, _ParkedFetch] = {}
+        # kind of refusal -> (when it was last logged, how many went unlogged since)
+        self._refusals_logged: dict[str, tuple[int, int]] = {}
         self._listener_next_offset = 0
         self._fired_leader: tuple[int, int] | None = None
         # When set, poll() leaves the leader's fsync to its driver (``flush_leader_log()``,
@@ -261,6 +270,16 @@ class RaftClient:
         logger.info("[node=%s epoch=%s] state=%s reason=%s now_ms=%s", self.node_id, self.epoch,
                     self.quorum.state.describe(), why, now_ms)
 
+    def _warn_refused(self, kind: str, now_ms: int, message: str, *args: object) -> None:
+        """Log a refused peer message, at most once per REFUSAL_LOG_INTERVAL_MS per kind."""
+        last_ms, skipped = self._refusals_logged.get(kind, (None, 0))
+        if last_ms is not None and now_ms - last_ms < REFUSAL_LOG_INTERVAL_MS:
+            self._refusals_logged[kind] = (last_ms, skipped + 1)
+            return
+        self._refusals_logged[kind] = (now_ms, 0)
+        logger.warning("[node=%s epoch=%s] " + message + " (%d more since the last)",
+                       self.node_id, self.epoch, *args, skipped)
+
     def _after_transition(self, why: str, now_ms: int) -> None:
         # A new role talks to everyone afresh; stale answers are recognised by their request.
         self._in_flight.clear()
@@ -285,7 +304,7 @@ class RaftClient:
         for destination, deadline in list(self._in_flight.items()):
             if deadline <= now_ms:
                 del self._in_flight[destination]
-                self._backoff_until[destination] = now_ms + self.config.retry_backoff_ms
+                self._note_send_failure(destination, now_ms)
         wakeup = _NEVER
         for _ in range(8):  # a poll may pass through a few roles (e.g. prospective -> leader)
             role_before, epoch_before = self.role, self.epoch
@@ -644,26 +663,38 @@ class RaftClient:
                               leader_id=self.leader_hint(), vote_granted=granted)
 
     def handle_vote_request(self, request: m.VoteRequest, now_ms: int) -> m.VoteResponse:
+        # Every refusal below leaves the state (durable or not) as it was.
         if request.cluster_id != self.cluster_id:
             return self._vote_response(ErrorCode.INCONSISTENT_CLUSTER_ID, False)
+        if request.candidate_id == self.node_id:
+            # No node asks itself for a vote: granting it would be a vote nobody asked for.
+            return self._vote_response(ErrorCode.INVALID_REQUEST, False)
         if (request.candidate_id not in self.quorum.voters or request.voter_id != self.node_id
                 or not self.quorum.is_voter):
             return self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False)
-        if request.last_offset < 0 or request.last_offset_epoch < 0 or request.candidate_epoch < 0:
+        # A candidate's log never holds its candidate epoch yet (Kafka's isIllegalEpoch; our
+        # pre-vote carries epoch + 1 too, so the same strict rule holds for it).
+        if request.last_offset < 0 or request.last_offset_epoch < 0 or request.candidate_epoch < 0 \
+                or request.last_offset_epoch >= request.candidate_epoch:
             return self._vote_response(ErrorCode.INVALID_REQUEST, False)
         if request.candidate_epoch < self.epoch:
             return self._vote_response(ErrorCode.FENCED_LEADER_EPOCH, False)
         up_to_date = self._is_log_up_to_date(request.last_offset_epoch, request.last_offset)
         state = self.quorum.state
+        # KIP-996: a replica that is following a live leader (or is it) refuses pre-votes, so
+        # a partitioned node cannot disrupt a healthy quorum. It refuses the vote that follows
+        # a pre-vote too, without adopting the candidate's epoch (the Raft thesis, 4.2.3: a
+        # server that hears from its leader ignores RequestVote): an honest candidate won its
+        # pre-vote among voters that had no live leader, so this only turns away a candidate
+        # that skipped or raced the pre-vote, or a forged request, which would otherwise
+        # make the leader step down.
+        has_live_leader = isinstance(state, es.LeaderState) or (
+            isinstance(state, es.FollowerState) and not state.leader_resigned)
         if request.pre_vote:
-            # KIP-996: answering a pre-vote never changes any state, durable or not. A replica
-            # that is following a live leader (or is it) refuses, so a partitioned node cannot
-            # disrupt a healthy quorum.
-            if isinstance(state, es.LeaderState):
-                return self._vote_response(ErrorCode.NONE, False)
-            if isinstance(state, es.FollowerState) and not state.leader_resigned:
-                return self._vote_response(ErrorCode.NONE, False)
-            return self._vote_response(ErrorCode.NONE, up_to_date)
+            # Answering a pre-vote never changes any state, durable or not.
+            return self._vote_response(ErrorCode.NONE, up_to_date and not has_live_leader)
+        if has_live_leader:
+            return self._vote_response(ErrorCode.NONE, False)
         if request.candidate_epoch > self.epoch:
             self.quorum.become_unattached(Epoch(request.candidate_epoch), now_ms)
             self._after_transition(f"vote request from {request.candidate_id} with epoch "
@@ -684,14 +715,35 @@ class RaftClient:
         return self._vote_response(ErrorCode.NONE, granted)
 
     def _validate_voter_request(self, cluster_id: str, leader_id: int,
-                                leader_epoch: int) -> ErrorCode | None:
+                                leader_epoch: int, now_ms: int) -> ErrorCode | None:
         if cluster_id != self.cluster_id:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
-        if leader_id not in self.quorum.voters or leader_id == self.node_id:
+        if leader_id not in self.quorum.voters or leader_id == self.node_id \
+                or not self.quorum.is_voter:
             return ErrorCode.INCONSISTENT_VOTER_SET
         if leader_epoch < self.epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
+        if self._conflicting_leader(leader_id, leader_epoch):
+            self._warn_refused("second_leader_request", now_ms,
+                               "refused: %s claims to lead epoch %s, which %s", leader_id,
+                               leader_epoch, self.quorum.state.describe())
+            return ErrorCode.INVALID_REQUEST
         return None
+
+    def _conflicting_leader(self, leader_id: int, epoch: int) -> bool:
+        """Whether ``leader_id`` leading ``epoch`` contradicts what this node knows: another
+        leader of that same epoch (this node included). Two leaders in one epoch never
+        happen among correct voters, so such a claim is refused, never acted on."""
+        state = self.quorum.state
+        if epoch != state.epoch:
+            return False
+        if isinstance(state, es.LeaderState | es.ResignedState):
+            return True  # this node leads (or led) that epoch itself
+        if isinstance(state, es.FollowerState):
+            return state.leader_id_ != leader_id
+        if isinstance(state, es.ProspectiveState):
+            return state.leader_id_hint not in (None, leader_id)
+        return False
 
     def _maybe_follow(self, leader_id: int, epoch: int, now_ms: int, why: str) -> None:
         """Adopt ``leader_id`` as leader of ``epoch`` (>= ours) unless already following it."""
@@ -711,7 +763,7 @@ class RaftClient:
     def handle_begin_quorum_epoch_request(self, request: m.BeginQuorumEpochRequest,
                                           now_ms: int) -> m.BeginQuorumEpochResponse:
         error = self._validate_voter_request(request.cluster_id, request.leader_id,
-                                             request.leader_epoch)
+                                             request.leader_epoch, now_ms)
         if error is None and request.voter_id != self.node_id:
             error = ErrorCode.INCONSISTENT_VOTER_SET
         if error is None:
@@ -723,7 +775,9 @@ class RaftClient:
     def handle_end_quorum_epoch_request(self, request: m.EndQuorumEpochRequest,
                                         now_ms: int) -> m.EndQuorumEpochResponse:
         error = self._validate_voter_request(request.cluster_id, request.leader_id,
-                                             request.leader_epoch)
+                                             request.leader_epoch, now_ms)
+        if error is None and not set(request.preferred_successors) <= self.quorum.voters:
+            error = ErrorCode.INCONSISTENT_VOTER_SET
         if error is None:
             if request.leader_epoch > self.epoch:
                 self.quorum.become_unattached(Epoch(request.leader_epoch), now_ms)
@@ -760,12 +814,16 @@ class RaftClient:
     def handle_fetch_request(self, source: int, request: m.FetchRequest, now_ms: int,
                              request_id: int | None = None) -> m.FetchResponse | m.Pending:
         if request.fetch_offset < 0 or request.max_bytes <= 0 or request.max_wait_ms < 0 \
-                or request.last_fetched_epoch < 0 or request.replica_id != source:
+                or request.last_fetched_epoch < 0 or request.replica_id != source \
+                or request.replica_id == self.node_id \
+                or request.last_fetched_epoch > request.current_leader_epoch:
             return self._fetch_error(ErrorCode.INVALID_REQUEST,
                                      f"bad fetch_offset={request.fetch_offset} "
                                      f"last_fetched_epoch={request.last_fetched_epoch} "
                                      f"max_bytes={request.max_bytes} "
-                                     f"max_wait_ms={request.max_wait_ms} from {source}")
+                                     f"max_wait_ms={request.max_wait_ms} "
+                                     f"current_leader_epoch={request.current_leader_epoch} "
+                                     f"from {source}")
         error = self._validate_leader_only(request.cluster_id, request.current_leader_epoch)
         if error is not None:
             return self._fetch_error(error)
@@ -836,6 +894,10 @@ class RaftClient:
             return error(failure)
         if request.max_bytes <= 0:
             return error(ErrorCode.INVALID_REQUEST, f"max_bytes {request.max_bytes}")
+        if request.replica_id == self.node_id:
+            # The leader's own progress is its log's; a request in its name must not move it.
+            return error(ErrorCode.INVALID_REQUEST, f"replica_id {request.replica_id} is the "
+                                                    "leader itself")
         data = self.log.read_snapshot(request.snapshot_id)
         if data is None:
             return error(ErrorCode.SNAPSHOT_NOT_FOUND, f"no snapshot {request.snapshot_id}")
@@ -880,12 +942,28 @@ class RaftClient:
     def handle_send_failure(self, destination: int, request: m.RaftRequest, now_ms: int) -> None:
         """The transport could not deliver ``request`` or got no answer in time."""
         self._in_flight.pop(destination, None)
-        self._backoff_until[destination] = now_ms + self.config.retry_backoff_ms
+        self._note_send_failure(destination, now_ms)
+
+    def send_failure_backoff_ms(self, failures: int) -> int:
+        """The pause after ``failures`` (>= 1) sends in a row got no answer: the retry backoff,
+        doubled for each further failure, at most a quarter of the election timeout (so an
+        election still reaches a voter that comes back several times before it times out)."""
+        base = self.config.retry_backoff_ms
+        cap = max(base, self.config.election_timeout_ms // 4)
+        return min(base << min(max(failures, 1) - 1, 20), cap)
+
+    def _note_send_failure(self, destination: int, now_ms: int) -> None:
+        # A peer that is down fails every call at once (connection refused): without the
+        # doubling a candidate resent its Vote every retry.backoff.ms through the election.
+        failures = self._send_failures.get(destination, 0) + 1
+        self._send_failures[destination] = failures
+        self._backoff_until[destination] = now_ms + self.send_failure_backoff_ms(failures)
 
     def handle_response(self, source: int, request: m.RaftRequest, response: m.RaftResponse,
                         now_ms: int) -> None:
         """``response`` answers ``request``, which we sent to ``source`` (maybe long ago)."""
         self._in_flight.pop(source, None)
+        self._send_failures.pop(source, None)
         if isinstance(response, m.VoteResponse) and isinstance(request, m.VoteRequest):
             self._handle_vote_response(source, request, response, now_ms)
         elif isinstance(response, m.FetchResponse) and isinstance(request, m.FetchRequest):
@@ -923,12 +1001,12 @@ class RaftClient:
                 and leader_id in self.quorum.voters \
                 and self.role in (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE) \
                 and getattr(self.quorum.state, "leader_id_hint", None) != leader_id:
-            state = self.quorum.state
-            if isinstance(state, es.ProspectiveState) and state.leader_id_hint not in (None,
-                                                                                       leader_id):
-                raise InvariantViolation(
-                    f"node {self.node_id}: {state.describe()} followed {state.leader_id_hint} "
-                    f"but a response names {leader_id} leader of the same epoch {epoch}")
+            if self._conflicting_leader(leader_id, epoch):
+                # A peer's claim, not our state: ignore the answer rather than act on it.
+                self._warn_refused("second_leader_response", now_ms,
+                                   "ignored a response naming %s leader of epoch %s: %s",
+                                   leader_id, epoch, self.quorum.state.describe())
+                return True
             self._maybe_follow(leader_id, epoch, now_ms, f"response names leader {leader_id}")
             return True
         return False
@@ -970,7 +1048,8 @@ class RaftClient:
             return  # stale (duplicated or delayed) answer
         self.quorum.reset_fetch_deadline(now_ms)
         if response.diverging_epoch is not None:
-            self._truncate_to_diverging(response.diverging_epoch, now_ms)
+            if not self._truncate_to_diverging(response.diverging_epoch, now_ms):
+                self._note_send_failure(source, now_ms)
         elif response.snapshot_id is not None:
             state.snapshot_id = response.snapshot_id
             state.snapshot_buffer = bytearray()
@@ -992,18 +1071,24 @@ class RaftClient:
             if response.high_watermark >= 0:
                 self.log.update_high_watermark(min(response.high_watermark, self.log.end_offset))
 
-    def _truncate_to_diverging(self, diverging: m.OffsetAndEpoch, now_ms: int) -> None:
+    def _truncate_to_diverging(self, diverging: m.OffsetAndEpoch, now_ms: int) -> bool:
+        """Truncate to where the leader's log diverges; False (nothing done) when that would
+        cut below the high watermark."""
         local = self.log.end_offset_for_epoch(diverging.epoch)
         target = min(diverging.offset, local.offset)
         if target < self.log.high_watermark:
-            raise InvariantViolation(
-                f"node {self.node_id} epoch {self.epoch}: leader's diverging epoch {diverging} "
-                f"asks to truncate to {target}, below the high watermark "
-                f"{self.log.high_watermark}")
+            # Committed entries are never truncated. A correct leader never asks for it (its
+            # log holds every committed entry), so the answer is refused, not obeyed.
+            self._warn_refused("truncate_below_hw", now_ms,
+                               "refused to truncate to %s below the high watermark %s "
+                               "(leader's diverging epoch %s)", target,
+                               self.log.high_watermark, diverging)
+            return False
         before = self.log.end_offset
         self.log.truncate_to(max(target, self.log.start_offset))
         self._emit(RaftEventKind.TRUNCATED, now_ms,
                    f"from {before} to {self.log.end_offset} (diverging {diverging})")
+        return True
 
     def _handle_fetch_snapshot_response(self, source: int, request: m.FetchSnapshotRequest,
                                         response: m.FetchSnapshotResponse, now_ms: int) -> None:

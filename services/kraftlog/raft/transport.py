@@ -3,8 +3,11 @@
 Server side, :class:`RaftServicer` validates and converts each protobuf request
 (:mod:`.convert`), hands it to a :class:`RequestHandler` (the driver, which
 owns the core) and awaits the answer, which may come much later for a parked
-Fetch. Invalid input is answered with an error response, never an exception;
-a stopped driver answers UNAVAILABLE (a transport failure). KIP-853's
+Fetch. Invalid input is answered with an error response, never an exception
+(and logged at most once per interval and kind of request); a stopped driver answers
+UNAVAILABLE (a transport failure). Undecodable bytes, unexpected exceptions and the
+calls still open at shutdown are :mod:`kraftlog.rpc_guard`'s, which
+:func:`create_server` puts in front of every method. KIP-853's
 Add/Remove/UpdateRaftVoter answer UNSUPPORTED_VERSION: the voter set is the
 static ``controller.quorum.voters``.
 
@@ -48,7 +51,7 @@ from typing import Any, Protocol, cast
 import grpc
 import grpc.aio
 
-from kraftlog import errors
+from kraftlog import errors, rpc_guard
 from kraftlog.raft import convert
 from kraftlog.raft import messages as m
 from kraftlog.v1 import common_pb2, raft_pb2, raft_pb2_grpc
@@ -122,6 +125,7 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
 
     def __init__(self, handler: RequestHandler | None = None) -> None:
         self.handler = handler
+        self._invalid_log = rpc_guard.RateLimitedLog()
 
     async def _serve(self, request: convert.ProtoRequest, context: Any) -> convert.ProtoResponse:
         handler = self.handler
@@ -131,8 +135,11 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
         converted = convert.request_from_proto(request)
         if isinstance(converted, convert.Invalid):
             leader_id, epoch = handler.leader_and_epoch()
-            logger.info("event=invalid_request rpc=%s reason=%r", type(request).__name__,
-                        converted.message)
+            rpc = type(request).__name__
+            suppressed = self._invalid_log.admit(rpc)
+            if suppressed is not None:  # a flood of bad requests is a few lines, not one each
+                logger.info("event=invalid_request rpc=%s reason=%r suppressed=%d", rpc,
+                            converted.message, suppressed)
             return convert.error_response(type(request), converted, leader_id=leader_id,
                                           epoch=epoch)
         try:
@@ -202,7 +209,8 @@ def create_server(servicer: RaftServicer, *, interceptors: Sequence[Any] = ()) -
     ``interceptors`` (grpc.aio server interceptors) run for every service added later too,
     e.g. trace-context extraction from :mod:`kraftlog.telemetry.grpc_tracing`."""
     server = grpc.aio.server(options=server_options(), interceptors=list(interceptors) or None)
-    raft_pb2_grpc.add_RaftServiceServicer_to_server(servicer, server)
+    rpc_guard.add_service(lambda s: raft_pb2_grpc.add_RaftServiceServicer_to_server(servicer, s),
+                          server)
     return server
 
 
