@@ -112,8 +112,14 @@ def test_brokers_replicate_and_survive_a_leader_kill(tmp_path: pathlib.Path) -> 
             # Controlled shutdown of a follower: exit 0 within its bound.
             follower = next(b for b in survivors if b != elected)
             proc = brokers.procs.pop(follower)
+            log_path = tmp_path / f"broker-{follower}.log"
+            logged_before = log_path.stat().st_size
             os.kill(proc.pid, signal.SIGTERM)
             assert proc.wait(timeout=10) == 0
+            with log_path.open("rb") as log:  # a clean shutdown logs no error
+                log.seek(logged_before)
+                shutdown_log = log.read().decode(errors="replace")
+            assert " ERROR " not in shutdown_log and "Traceback" not in shutdown_log, shutdown_log
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{logs()}") from None
         assert time.monotonic() - started < 60

@@ -35,7 +35,7 @@ from typing import Any
 import grpc.aio
 
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server
+from kraftlog import errors, health_server, rpc_guard
 from kraftlog.admin import admin_service, quorum_commands
 from kraftlog.raft import transport
 from kraftlog.raft.raft_config import parse_voters
@@ -166,7 +166,7 @@ async def _serve(settings: admin_service.AdminSettings, listen: str, *,
         logger.info("event=shutdown role=admin")
     finally:
         await health.shutdown()
-        await server.stop(SHUTDOWN_GRACE_S)
+        await rpc_guard.stop_server(server, SHUTDOWN_GRACE_S)
         await locator.close()
     return 0
 

@@ -73,7 +73,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server, malloc_tuning
+from kraftlog import errors, health_server, malloc_tuning, rpc_guard
 from kraftlog.admin import admin_service
 from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
 from kraftlog.broker import group_coordinator_driver as gcd
@@ -968,7 +968,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await asyncio.gather(*tasks, stop_task, raft_task, return_exceptions=True)
         await producer_id_allocator.close()
         await client.close()
-        await grpc_server.stop(SHUTDOWN_GRACE_S)
+        await rpc_guard.stop_server(grpc_server, SHUTDOWN_GRACE_S)
         await admin_locator.close()
         if checkpoint_write is not None:
             await asyncio.gather(checkpoint_write, return_exceptions=True)
