@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from kraftlog.broker import delete_records as dr
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
@@ -111,6 +112,8 @@ class DataPlane:
                                                       purgatory.ProducePartitionResponse]]] = {}
         self._fetches: dict[int, asyncio.Future[dict[TopicPartition,
                                                      rm.FetchPartitionResponse]]] = {}
+        self._delete_records: dict[int, asyncio.Future[dict[TopicPartition,
+                                                            dr.DeleteRecordsPartitionResponse]]] = {}
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.poll_at_ms = 0
@@ -138,8 +141,11 @@ class DataPlane:
             produce.cancel()
         for fetch in self._fetches.values():
             fetch.cancel()
+        for waiting in self._delete_records.values():
+            waiting.cancel()
         self._produces.clear()
         self._fetches.clear()
+        self._delete_records.clear()
 
     def dispatch(self) -> None:
         """Answer what became answerable, and tell the AlterPartition sender when it has work
@@ -153,6 +159,10 @@ class DataPlane:
             fetch_future = self._fetches.pop(fetch.op_id, None)
             if fetch_future is not None and not fetch_future.done():
                 fetch_future.set_result(fetch.responses)
+        for deleted in done.delete_records:
+            delete_future = self._delete_records.pop(deleted.op_id, None)
+            if delete_future is not None and not delete_future.done():
+                delete_future.set_result(deleted.responses)
         if self._on_alter_partition is not None and self.manager.alter_partition_requests_ready:
             self._on_alter_partition()
 
@@ -181,6 +191,20 @@ class DataPlane:
         future: asyncio.Future[dict[TopicPartition, rm.FetchPartitionResponse]] = (
             asyncio.get_running_loop().create_future())
         self._fetches[outcome.delayed_op_id] = future
+        self.dispatch()
+        self._wake_poll_if_sooner()
+        return await future
+
+    async def delete_records(self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int
+                             ) -> dict[TopicPartition, dr.DeleteRecordsPartitionResponse]:
+        """DeleteRecords on the partitions led here; answered once the replicas followed."""
+        outcome = self.manager.delete_records(offsets, timeout_ms=timeout_ms, now_ms=self._now_ms())
+        if outcome.delayed_op_id is None:
+            self.dispatch()
+            return outcome.responses
+        future: asyncio.Future[dict[TopicPartition, dr.DeleteRecordsPartitionResponse]] = (
+            asyncio.get_running_loop().create_future())
+        self._delete_records[outcome.delayed_op_id] = future
         self.dispatch()
         self._wake_poll_if_sooner()
         return await future
@@ -600,6 +624,51 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         logger.info("broker=%d event=init_producer_id producer_id=%d producer_epoch=0 previous_producer_id=%d",
                     self.broker_id, producer_id, request.producer_id)
         return answer(ErrorCode.NONE, "", producer_id, 0)
+
+    # -- DeleteRecords ---------------------------------------------------------------------------
+
+    async def DeleteRecords(self, request: broker_pb2.DeleteRecordsRequest, context: Any) -> Any:
+        """Kafka's handleDeleteRecordsRequest: each partition's log start offset moves on its
+        leader, answered with the low watermark once every live replica followed."""
+        offsets: dict[TopicPartition, int] = {}
+        refused: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+        for topic in request.topics:
+            for part in topic.partitions:
+                key = (topic.name, part.partition_index)
+                tp = self._tp(topic.name, part.partition_index)
+                if tp is None:
+                    refused[key] = (ErrorCode.INVALID_REQUEST, "invalid topic or partition")
+                elif tp in offsets or key in refused:
+                    # Given twice: neither request is carried out.
+                    refused[key] = (ErrorCode.INVALID_REQUEST, "partition given twice")
+                    offsets.pop(tp, None)
+                elif topic.name in INTERNAL_TOPICS:
+                    refused[key] = (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                    f"cannot delete records of internal topic {topic.name}")
+                elif part.offset < -1:
+                    refused[key] = (ErrorCode.OFFSET_OUT_OF_RANGE,
+                                    f"offset {part.offset} must be -1 (the high watermark) or >= 0")
+                else:
+                    offsets[tp] = part.offset
+        timeout_ms = max(0, request.timeout_ms)
+        results = (await self.data.delete_records(offsets, timeout_ms=timeout_ms)
+                   if offsets else {})
+        by_topic: dict[str, list[broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult]] = {}
+        for tp, result in results.items():
+            error, message, hint = self._refine(tp, result.error, result.error_message)
+            answer = broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                partition_index=tp.partition, low_watermark=result.low_watermark,
+                error=error_proto(error, message))
+            if hint is not None:
+                answer.current_leader.CopyFrom(hint)
+            by_topic.setdefault(tp.topic, []).append(answer)
+        for (name, index), (code, message) in refused.items():
+            by_topic.setdefault(name, []).append(
+                broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                    partition_index=index, low_watermark=-1, error=error_proto(code, message)))
+        return broker_pb2.DeleteRecordsResponse(topics=[
+            broker_pb2.DeleteRecordsResponse.DeleteRecordsTopicResult(name=name, partitions=parts)
+            for name, parts in by_topic.items()], error=error_proto(ErrorCode.NONE))
 
     # -- not served yet (issue 5 §5) -------------------------------------------------------------
 
