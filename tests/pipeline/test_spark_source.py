@@ -37,7 +37,6 @@ from typing import Any
 
 import crc32c
 import grpc
-
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
