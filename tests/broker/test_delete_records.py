@@ -5,13 +5,17 @@ there too."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 
 from broker_harness import TP, Cluster, batch, values_of
 
 from kraftlog.broker import replica_manager as rm_mod
+from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
+from kraftlog.metadata import image as im
 from kraftlog.storage.log_config import LogConfig
+from kraftlog.v1 import broker_pb2
 
 SMALL_SEGMENTS = LogConfig(segment_bytes=200, segment_index_bytes=64 * 1024)
 
@@ -111,3 +115,55 @@ def test_losing_leadership_answers_a_waiting_request_not_leader(tmp_path: pathli
     [done] = old_leader.take_completed().delete_records
     assert done.op_id == outcome.delayed_op_id
     assert done.responses[TP].error is ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_the_data_plane_checkpoints_before_it_answers(tmp_path: pathlib.Path) -> None:
+    cluster = Cluster(tmp_path, broker_ids=(1,), min_isr=1)
+    for i in range(3):
+        cluster.leader_manager.append_records({TP: batch(f"r{i}".encode())}, required_acks=1,
+                                              timeout_ms=1000, now_ms=cluster.now_ms)
+    data = server.DataPlane(cluster.leader_manager, now_ms=lambda: cluster.now_ms)
+    seen: list[int] = []
+
+    async def checkpoint() -> None:
+        seen.append(cluster.leader_partition.log_start_offset)
+
+    data.on_log_start_offsets_moved = checkpoint
+    answer = asyncio.run(data.delete_records({TP: 2}, timeout_ms=1000))
+    assert (answer[TP].error, answer[TP].low_watermark) == (ErrorCode.NONE, 2)
+    assert seen == [2]
+    refused = asyncio.run(data.delete_records({TP: 7}, timeout_ms=1000))
+    assert refused[TP].error is ErrorCode.OFFSET_OUT_OF_RANGE and seen == [2], "nothing moved"
+
+
+def test_the_rpc_checks_its_input_and_answers_an_error_per_partition(
+        tmp_path: pathlib.Path) -> None:
+    cluster = Cluster(tmp_path, broker_ids=(1,), min_isr=1)
+    for i in range(3):
+        cluster.leader_manager.append_records({TP: batch(f"r{i}".encode())}, required_acks=1,
+                                              timeout_ms=1000, now_ms=cluster.now_ms)
+    data = server.DataPlane(cluster.leader_manager, now_ms=lambda: cluster.now_ms)
+    servicer = server.BrokerServicer(data, broker_id=1, cluster_id="c", image=lambda: im.EMPTY,
+                                     controller_id=lambda: 3, listener_name="PLAINTEXT")
+    Part = broker_pb2.DeleteRecordsRequest.DeleteRecordsPartition
+    request = broker_pb2.DeleteRecordsRequest(timeout_ms=1000, topics=[
+        broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name="t", partitions=[
+            Part(partition_index=0, offset=-1), Part(partition_index=-1, offset=0)]),
+        broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name="u", partitions=[
+            Part(partition_index=0, offset=-2), Part(partition_index=1, offset=0),
+            Part(partition_index=1, offset=0)]),
+        broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name="__consumer_offsets", partitions=[
+            Part(partition_index=0, offset=0)]),
+        broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name="gone", partitions=[
+            Part(partition_index=0, offset=0)])])
+    answer = asyncio.run(servicer.DeleteRecords(request, None))
+    found = {(t.name, p.partition_index): (ErrorCode(p.error.code), p.low_watermark)
+             for t in answer.topics for p in t.partitions}
+    assert found == {
+        ("t", 0): (ErrorCode.NONE, 3),
+        ("t", -1): (ErrorCode.INVALID_REQUEST, -1),
+        ("u", 0): (ErrorCode.OFFSET_OUT_OF_RANGE, -1),
+        ("u", 1): (ErrorCode.INVALID_REQUEST, -1),
+        ("__consumer_offsets", 0): (ErrorCode.INVALID_TOPIC_EXCEPTION, -1),
+        ("gone", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
+    assert cluster.leader_partition.log_start_offset == 3

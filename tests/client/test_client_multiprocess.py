@@ -74,6 +74,11 @@ def read_all(bootstrap: str, expected: int, *, timeout_s: float = 15
     return out
 
 
+def log_start_checkpoint(root: pathlib.Path, broker: int) -> str:
+    path = root / f"broker-{broker}" / "log-start-offset-checkpoint"
+    return path.read_text() if path.exists() else ""
+
+
 def test_produce_consume_through_library_and_cli_and_a_leader_kill(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -183,6 +188,14 @@ def test_produce_consume_through_library_and_cli_and_a_leader_kill(
                     f"partition: {TOPIC}-0\tlow_watermark: {DELETED}"], done.stdout
                 assert done.stdout.splitlines()[3].startswith(
                     f"partition: {TOPIC}-1\terror: OFFSET_OUT_OF_RANGE"), done.stdout
+                # The leader checkpointed its new log start offset before answering; the
+                # followers' periodic checkpoint follows.
+                p0_leader = producer.partitions_for(TOPIC)[0].leader_id
+                assert f"{TOPIC} 0 {DELETED}" in log_start_checkpoint(tmp_path, p0_leader)
+                wait_for(lambda: True if all(
+                    f"{TOPIC} 0 {DELETED}" in log_start_checkpoint(tmp_path, b)
+                    for b in BROKERS) else None, timeout_s=15,
+                    what="every replica's log-start-offset-checkpoint")
                 p0 = client.TopicPartition(topic=TOPIC, partition=0)
                 with client.Consumer(client.ConsumerConfig(
                         bootstrap_servers=tuple(bootstrap.split(",")),

@@ -114,6 +114,9 @@ class DataPlane:
                                                      rm.FetchPartitionResponse]]] = {}
         self._delete_records: dict[int, asyncio.Future[dict[TopicPartition,
                                                             dr.DeleteRecordsPartitionResponse]]] = {}
+        self.on_log_start_offsets_moved: Callable[[], Awaitable[None]] | None = None
+        """Awaited after DeleteRecords moved a log start offset, before the answer: the
+        process writes ``log-start-offset-checkpoint`` there."""
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.poll_at_ms = 0
@@ -199,13 +202,16 @@ class DataPlane:
                              ) -> dict[TopicPartition, dr.DeleteRecordsPartitionResponse]:
         """DeleteRecords on the partitions led here; answered once the replicas followed."""
         outcome = self.manager.delete_records(offsets, timeout_ms=timeout_ms, now_ms=self._now_ms())
-        if outcome.delayed_op_id is None:
-            self.dispatch()
-            return outcome.responses
-        future: asyncio.Future[dict[TopicPartition, dr.DeleteRecordsPartitionResponse]] = (
-            asyncio.get_running_loop().create_future())
-        self._delete_records[outcome.delayed_op_id] = future
+        future: asyncio.Future[dict[TopicPartition, dr.DeleteRecordsPartitionResponse]] | None = None
+        if outcome.delayed_op_id is not None:
+            future = asyncio.get_running_loop().create_future()
+            self._delete_records[outcome.delayed_op_id] = future
         self.dispatch()
+        moved = any(r.error is ErrorCode.NONE for r in outcome.responses.values())
+        if moved and self.on_log_start_offsets_moved is not None:
+            await self.on_log_start_offsets_moved()
+        if future is None:
+            return outcome.responses
         self._wake_poll_if_sooner()
         return await future
 
