@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
-from broker_harness import TP, Cluster, batch, values_of
+from broker_harness import TP, Cluster, Metadata, batch, values_of
 
 from kraftlog.broker import replica_manager as rm_mod
 from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
-from kraftlog.metadata import image as im
+from kraftlog.metadata import records as r
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.v1 import broker_pb2
 
@@ -143,7 +143,11 @@ def test_the_rpc_checks_its_input_and_answers_an_error_per_partition(
         cluster.leader_manager.append_records({TP: batch(f"r{i}".encode())}, required_acks=1,
                                               timeout_ms=1000, now_ms=cluster.now_ms)
     data = server.DataPlane(cluster.leader_manager, now_ms=lambda: cluster.now_ms)
-    servicer = server.BrokerServicer(data, broker_id=1, cluster_id="c", image=lambda: im.EMPTY,
+    metadata = Metadata()
+    metadata.commit(r.ConfigRecord(resource_type=r.ConfigResourceType.TOPIC,
+                                   resource_name="kept", name="cleanup.policy", value="compact"))
+    servicer = server.BrokerServicer(data, broker_id=1, cluster_id="c",
+                                     image=lambda: metadata.image,
                                      controller_id=lambda: 3, listener_name="PLAINTEXT")
     Part = broker_pb2.DeleteRecordsRequest.DeleteRecordsPartition
     request = broker_pb2.DeleteRecordsRequest(timeout_ms=1000, topics=[
@@ -155,6 +159,8 @@ def test_the_rpc_checks_its_input_and_answers_an_error_per_partition(
         broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name="__consumer_offsets", partitions=[
             Part(partition_index=0, offset=0)]),
         broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name="gone", partitions=[
+            Part(partition_index=0, offset=0)]),
+        broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name="kept", partitions=[
             Part(partition_index=0, offset=0)])])
     answer = asyncio.run(servicer.DeleteRecords(request, None))
     found = {(t.name, p.partition_index): (ErrorCode(p.error.code), p.low_watermark)
@@ -165,5 +171,6 @@ def test_the_rpc_checks_its_input_and_answers_an_error_per_partition(
         ("u", 0): (ErrorCode.OFFSET_OUT_OF_RANGE, -1),
         ("u", 1): (ErrorCode.INVALID_REQUEST, -1),
         ("__consumer_offsets", 0): (ErrorCode.INVALID_TOPIC_EXCEPTION, -1),
-        ("gone", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1)}
+        ("gone", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1),
+        ("kept", 0): (ErrorCode.POLICY_VIOLATION, -1)}
     assert cluster.leader_partition.log_start_offset == 3

@@ -654,6 +654,13 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 elif part.offset < -1:
                     refused[key] = (ErrorCode.OFFSET_OUT_OF_RANGE,
                                     f"offset {part.offset} must be -1 (the high watermark) or >= 0")
+                elif (policy := self._image().configs.topic_configs(topic.name).get(
+                        "cleanup.policy")) is not None and "delete" not in [
+                            item.strip().lower() for item in policy.split(",")]:
+                    # Kafka's deleteRecordsOnLeader: only a log whose policy deletes.
+                    refused[key] = (ErrorCode.POLICY_VIOLATION,
+                                    f"records of {tp} cannot be deleted: its cleanup.policy "
+                                    f"is {policy!r}, without delete")
                 else:
                     offsets[tp] = part.offset
         timeout_ms = max(0, request.timeout_ms)

@@ -1960,9 +1960,10 @@ class DeleteRecordsResponse(_message.Message):
         def error(self) -> _common_pb2.Error:
             """NONE, OFFSET_OUT_OF_RANGE (past the high watermark, or below -1),
             NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, POLICY_VIOLATION
-            (a compacted topic), REQUEST_TIMED_OUT (the leader moved its log start
+            (the topic's cleanup.policy has no delete), INVALID_TOPIC_EXCEPTION (an
+            internal topic), REQUEST_TIMED_OUT (the leader moved its log start
             offset; a replica had not yet followed), KAFKA_STORAGE_ERROR,
-            INVALID_REQUEST.
+            INVALID_REQUEST (a partition given twice).
             """
 
         @_builtins.property
