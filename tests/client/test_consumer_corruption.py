@@ -205,3 +205,15 @@ def test_the_console_consumer_prints_the_good_records_then_one_error_line(
     warnings = [line for line in captured.err.splitlines() if "warning" in line]
     assert [("offset 3" in w, "offset 4:" in w) for w in warnings] == [(True, False),
                                                                       (False, True)]
+
+
+def test_a_length_field_past_the_answer_is_corruption_not_a_stall(fake_broker: Any) -> None:
+    bad = bytearray(good_batch(2, 2))
+    struct.pack_into(">i", bad, rb.LENGTH_OFFSET, 1 << 30)  # a flipped high bit of the length
+    fake_broker.logs[("t", 0)] = [good_batch(0, 2), bytes(bad)]
+    with consumer_for(fake_broker) as consumer:
+        consumer.assign([T0])
+        got, error = poll_until_error(consumer)
+        assert [r.offset for r in got] == [0, 1]
+        assert (error.offset, error.next_offset) == (2, None)
+        assert "its length is corrupt" in str(error)

@@ -360,7 +360,7 @@ def run_consume(args: argparse.Namespace) -> int:
                     if not args.skip_corrupt or exc.next_offset is None:
                         raise
                     print(f"kraftlog: warning: skipping a corrupt batch: {exc}", file=sys.stderr)
-                    consumer.seek(exc.topic_partition, exc.next_offset)  # type: ignore[arg-type]
+                    consumer.seek(exc.topic_partition, exc.next_offset)
                     continue
                 if not records:
                     continue

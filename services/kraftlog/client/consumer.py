@@ -887,6 +887,17 @@ class Consumer:
                 last = batch
         except CorruptRecordError as exc:
             self._stop_at_corrupt_batch(tp, position, last, bad, str(exc))
+        else:
+            if last is None and end - start >= rb.LOG_OVERHEAD:
+                # Brokers send whole batches only, at least one (KIP-74): bytes without a
+                # whole batch are one whose length field lies.
+                declared = rb.LOG_OVERHEAD + int.from_bytes(
+                    data[start + rb.LENGTH_OFFSET:start + rb.LENGTH_OFFSET + 4], "big",
+                    signed=True)
+                self._stop_at_corrupt_batch(
+                    tp, position, None, None,
+                    f"the batch at offset {position} declares {declared} bytes, but the Fetch "
+                    f"answer holds only {end - start}: its length is corrupt")
         buffer = self._buffers.get(tp)
         if buffer is None:
             buffer = self._buffers[tp] = deque()

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
+from kraftlog.storage.topic_partition import TopicPartition
 
 RETRIABLE_CODES: frozenset[ErrorCode] = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -151,7 +152,7 @@ class CorruptRecordBatchError(KafkaApiError):
     again: the same bytes come back, so it is not retriable.
     """
 
-    def __init__(self, topic_partition: object, offset: int, next_offset: int | None,
+    def __init__(self, topic_partition: TopicPartition, offset: int, next_offset: int | None,
                  cause: str) -> None:
         skip = (f"seek to offset {next_offset} to skip the batch" if next_offset is not None
                 else "seek past the batch to skip it")
