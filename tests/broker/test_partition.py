@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pathlib
+import struct
 
+import crc32c
 import pytest
 from broker_harness import T0, TP, batch, open_partition, values_of
 
@@ -485,3 +487,67 @@ def test_a_compacted_topic_refuses_records_without_a_key(tmp_path: pathlib.Path,
     plain = open_partition(tmp_path / "plain" / TP.dir_name, 1)
     plain.make_leader(leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,), now_ms=T0)
     assert plain.append_records_to_leader(mixed, required_acks=1, now_ms=T0).error is ErrorCode.NONE
+
+
+def _resealed(batch: bytes | bytearray) -> bytes:
+    """``batch`` with its CRC recomputed after a test damaged it (a CRC-valid poison)."""
+    crc = crc32c.crc32c(bytes(batch[rb.ATTRIBUTES_OFFSET:]))
+    return bytes(batch[:rb.CRC_OFFSET]) + struct.pack(">I", crc) + bytes(batch[rb.CRC_OFFSET + 4:])
+
+
+def _poisoned(kind: str) -> bytes:
+    good = bytearray(batch(b"a", b"b", b"c"))
+    if kind == "garbage_records":
+        good[rb.RECORDS_OFFSET:] = bytes(range(100, 100 + len(good) - rb.RECORDS_OFFSET))
+    elif kind == "lz4_flag_without_lz4":
+        good[rb.ATTRIBUTES_OFFSET + 1] |= int(rb.CompressionType.LZ4)
+    elif kind == "count_above_records":
+        good[rb.RECORDS_COUNT_OFFSET + 3] += 1
+        good[rb.LAST_OFFSET_DELTA_OFFSET + 3] += 1
+    elif kind == "future_timestamp_flag":
+        good[rb.ATTRIBUTES_OFFSET + 1] |= rb.TIMESTAMP_TYPE_MASK
+    elif kind == "control_batch":
+        good[rb.ATTRIBUTES_OFFSET + 1] |= rb.CONTROL_FLAG_MASK
+    return _resealed(good)
+
+
+@pytest.mark.parametrize(("kind", "error"), [
+    ("garbage_records", ErrorCode.INVALID_RECORD),
+    ("lz4_flag_without_lz4", ErrorCode.CORRUPT_MESSAGE),
+    ("count_above_records", ErrorCode.INVALID_RECORD),
+    ("future_timestamp_flag", ErrorCode.INVALID_TIMESTAMP),
+    ("control_batch", ErrorCode.INVALID_RECORD),
+])
+def test_a_poisoned_batch_is_refused_whole_and_the_log_stays_readable(tmp_path: pathlib.Path, kind: str,
+                                                                       error: ErrorCode) -> None:
+    p = leader(tmp_path, isr=(1,))
+    assert append(p, b"before").error is ErrorCode.NONE
+    result = p.append_records_to_leader(batch(b"ok") + _poisoned(kind), required_acks=1, now_ms=T0)
+    assert result.error is error and result.info is None
+    assert "batch 1" in result.error_message, "the bad batch is named, not the good one before it"
+    assert p.log_end_offset == 1, "nothing of the refused produce was written, not even its good batch"
+    assert append(p, b"after").error is ErrorCode.NONE
+    assert values_of(p) == [b"before", b"after"]
+
+
+def test_timestamps_out_of_the_topics_bounds_are_invalid_timestamp(tmp_path: pathlib.Path) -> None:
+    p = open_partition(tmp_path / TP.dir_name, 1, log_config=LogConfig(
+        segment_index_bytes=64 * 1024, message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=10))
+    p.make_leader(leader_epoch=0, partition_epoch=0, replicas=(1,), isr=(1,), now_ms=T0)
+    late = rb.build_batch([rb.RecordInput(value=b"a", timestamp_ms=T0), rb.RecordInput(value=b"b", timestamp_ms=T0 + 11)])
+    result = p.append_records_to_leader(late, required_acks=1, now_ms=T0)
+    assert result.error is ErrorCode.INVALID_TIMESTAMP
+    assert [e.batch_index for e in result.record_errors] == [1]
+    assert p.log_end_offset == 0
+    # The topic's configs reach the validator: LogAppendTime takes any producer timestamp.
+    p.log.reconfigure(LogConfig(segment_index_bytes=64 * 1024, message_timestamp_type=rb.TimestampType.LOG_APPEND_TIME,
+                                message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=10))
+    assert p.append_records_to_leader(late, required_acks=1, now_ms=T0).error is ErrorCode.NONE
+
+
+def test_validation_errors_are_answered_but_storage_errors_are_not_swallowed(tmp_path: pathlib.Path) -> None:
+    p = leader(tmp_path, isr=(1,))
+    p.log.close()
+    # A closed log is our own state gone wrong: it must surface, not become CORRUPT_MESSAGE.
+    with pytest.raises(InvariantViolation):
+        append(p, b"x")

@@ -224,3 +224,27 @@ def test_the_broker_file_sets_every_logs_defaults_including_log_roll_ms() -> Non
             custom.retention_bytes) == (60000, 1048576, -1, 4096)
     with pytest.raises(errors.ConfigError, match=r"log\.roll\.ms"):
         parsed({**base, "log.roll.ms": "0"})
+
+
+def test_timestamp_settings_reach_each_log_from_the_broker_file_and_the_topic() -> None:
+    def parsed(props: dict[str, str]) -> LogConfig:
+        raw, sources = kconfig.parse_properties("".join(f"{k}={v}\n" for k, v in props.items()))
+        return process.broker_log_config(process.BROKER_CONFIG.parse(raw, sources=sources))
+
+    base = {"node.id": "1", "process.roles": "broker", "log.dirs": "/tmp/x",
+            "controller.quorum.voters": "1@127.0.0.1:9093",
+            "listeners": "PLAINTEXT://127.0.0.1:9092"}
+    defaults = parsed(base)
+    assert defaults.message_timestamp_type is rb.TimestampType.CREATE_TIME
+    assert defaults.message_timestamp_before_max_ms == defaults.message_timestamp_after_max_ms == 2**63 - 1
+    broker = parsed({**base, "log.message.timestamp.type": "LogAppendTime",
+                     "log.message.timestamp.before.max.ms": "5000",
+                     "log.message.timestamp.after.max.ms": "100"})
+    assert (broker.message_timestamp_type, broker.message_timestamp_before_max_ms,
+            broker.message_timestamp_after_max_ms) == (rb.TimestampType.LOG_APPEND_TIME, 5000, 100)
+    with pytest.raises(errors.ConfigError, match=r"log\.message\.timestamp\.type"):
+        parsed({**base, "log.message.timestamp.type": "Now"})
+    topic = broker.with_overrides({"message.timestamp.type": "CreateTime",
+                                   "message.timestamp.after.max.ms": "7"})
+    assert (topic.message_timestamp_type, topic.message_timestamp_before_max_ms,
+            topic.message_timestamp_after_max_ms) == (rb.TimestampType.CREATE_TIME, 5000, 7)

@@ -12,6 +12,7 @@ import asyncio
 import pathlib
 from typing import Any
 
+import crc32c
 import grpc
 import pytest
 from broker_harness import TOPIC_ID, TP, batch, open_partition
@@ -24,6 +25,7 @@ from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
 from kraftlog.raft import transport
+from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import broker_pb2, common_pb2
@@ -518,3 +520,47 @@ def test_the_publisher_takes_num_replica_fetchers_from_dynamic_configs() -> None
     publisher.apply_num_fetchers(image({"": {key: "5"}, "7": {key: "zero"}}))
     publisher.apply_num_fetchers(image({"7": {key: "0"}}))
     assert fetchers.sizes == [3, 2, 4, 2, 5, 3]
+
+
+def test_a_poisoned_produce_is_refused_with_record_errors_and_the_partition_stays_readable(
+        tmp_path: pathlib.Path) -> None:
+    """The issue's offsets 669/670: CRC-valid garbage records, and an lz4 flag over bytes that
+    are not lz4. Both are refused with nothing appended; consumers read on past them."""
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    good = batch(b"a", b"b")
+    garbage = bytearray(good)
+    garbage[rb.RECORDS_OFFSET:] = bytes(range(1, 1 + len(good) - rb.RECORDS_OFFSET))
+    not_lz4 = bytearray(good)
+    not_lz4[rb.ATTRIBUTES_OFFSET + 1] |= int(rb.CompressionType.LZ4)
+
+    def request(records: bytes) -> broker_pb2.ProduceRequest:
+        return broker_pb2.ProduceRequest(acks=1, timeout_ms=30_000, topic_data=[
+            broker_pb2.ProduceRequest.TopicProduceData(name=TP.topic, partition_data=[
+                broker_pb2.ProduceRequest.PartitionProduceData(index=0, records=records)])])
+
+    def resealed(damaged: bytearray) -> bytes:
+        damaged[rb.CRC_OFFSET:rb.CRC_OFFSET + 4] = crc32c.crc32c(
+            bytes(damaged[rb.ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
+        return bytes(damaged)
+
+    async def scenario() -> tuple[Any, Any, Any, Any]:
+        broker.data.start()
+        try:
+            first = await broker.servicer.Produce(request(resealed(garbage)), None)
+            second = await broker.servicer.Produce(request(resealed(not_lz4)), None)
+            third = await broker.servicer.Produce(request(good), None)
+            fetched = await broker.servicer.Fetch(fetch_request(0), None)
+            return first, second, third, fetched
+        finally:
+            await broker.data.stop()
+
+    first, second, third, fetched = run(scenario())
+    refused = first.responses[0].partition_responses[0]
+    assert refused.error.code == common_pb2.INVALID_RECORD and refused.base_offset == -1
+    assert refused.record_errors and refused.record_errors[0].batch_index == 0
+    assert refused.record_errors[0].batch_index_error_message
+    assert second.responses[0].partition_responses[0].error.code == common_pb2.CORRUPT_MESSAGE
+    accepted = third.responses[0].partition_responses[0]
+    assert accepted.error.code == common_pb2.NONE and accepted.base_offset == 0
+    records = fetched.responses[0].partitions[0].records
+    assert [r.value for b in rb.decode_batches(records) for r in b.records] == [b"a", b"b"]

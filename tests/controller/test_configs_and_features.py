@@ -313,3 +313,12 @@ def test_bootstrap_finalizes_metadata_version_and_level_zero_removes_a_feature()
     assert h.state.features.metadata_version() == 1
     h.replay_all([FeatureLevelRecord(name="metadata.version", feature_level=0)])
     assert h.state.features.finalized() == {}
+
+
+def test_the_timestamp_bounds_are_topic_configs_with_broker_synonyms() -> None:
+    for name in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms"):
+        definition = config_defs.TOPIC_CONFIGS[name]
+        assert definition.broker_synonym == f"log.{name}"
+        assert f"log.{name}" in config_defs.BROKER_CONFIGS
+        assert config_defs.validate_value(definition, "3600000") is None
+        assert config_defs.validate_value(definition, "-1") is not None

@@ -8,7 +8,8 @@ Owns, for one ``<topic>-<index>`` replica whose log lives on this broker:
   last caught-up time), the high watermark (the minimum log end offset over
   the *maximal* ISR, never decreasing), ISR expansion and shrinking as a
   *pending* AlterPartition proposal (KIP-497), appends with the
-  ``min.insync.replicas`` check, and reads with leader-epoch fencing and
+  ``min.insync.replicas`` check after Kafka's LogValidator has parsed every record
+  (:mod:`kraftlog.storage.log_validator`), and reads with leader-epoch fencing and
   diverging-epoch answers (KIP-320);
 * as follower, the follower-side log operations the fetcher needs (append the
   leader's batches as they are, truncate, adopt the leader's high watermark);
@@ -64,11 +65,10 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import (
     CorruptRecordError,
     InvariantViolation,
-    KraftlogError,
     OffsetOutOfRangeError,
 )
 from kraftlog.metadata.records import NO_LEADER, LeaderRecoveryState
-from kraftlog.storage import leader_epoch, record_batch
+from kraftlog.storage import leader_epoch, log_validator, record_batch
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
@@ -349,6 +349,8 @@ class LeaderAppendResult:
     """Offsets given, when ``error`` is NONE."""
     error_message: str = ""
     high_watermark_advanced: bool = False
+    record_errors: tuple[log_validator.RecordError, ...] = ()
+    """The records at fault when the validator refused the batches (KIP-467)."""
     duplicate: bool = False
     """The batches were already in the log (an idempotent producer's retry): ``info`` gives
     their original offsets and nothing was appended."""
@@ -417,6 +419,8 @@ class Partition:
         self._replicas: tuple[int, ...] = ()
         self._state: PartitionState = CommittedPartitionState(isr=frozenset())
         self._remote: dict[int, _RemoteReplica] = {}
+        # The validator's settings, with the LogConfig and PartitionConfig they were built from.
+        self._validation: tuple[object, object, log_validator.ValidationConfig] | None = None
         # The pending proposal was handed out; cleared by a new proposal or a retryable error
         # (one AlterPartition in flight per partition).
         self._alter_request_sent = False
@@ -849,25 +853,16 @@ class Partition:
 
     # ================================================================== leader: produce
 
-    def _check_keys(self, batches: bytes | bytearray | memoryview) -> LeaderAppendResult | None:
-        """A compacted topic's records all need keys (the cleaner keeps the latest per key;
-        a keyless record could never be compacted). Decodes the records: compacted topics
-        only, never the plain produce path."""
-        try:
-            decoded = record_batch.decode_batches(batches)
-        except CorruptRecordError as exc:
-            return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
-        for batch in decoded:
-            if batch.is_control:
-                continue
-            for record in batch.records:
-                if record.key is None:
-                    return LeaderAppendResult(
-                        error=ErrorCode.INVALID_RECORD,
-                        error_message=f"compacted topic cannot accept a record without a key "
-                                      f"({self.topic_partition}, record {record.offset - batch.base_offset} "
-                                      f"of the batch at byte {batch.position})")
-        return None
+    def _validation_config(self) -> log_validator.ValidationConfig:
+        log_config = self._log.config
+        cached = self._validation
+        if (cached is None or cached[0] is not log_config or cached[1] is not self.config):
+            cached = self._validation = (log_config, self.config, log_validator.ValidationConfig(
+                timestamp_type=log_config.message_timestamp_type,
+                timestamp_before_max_ms=log_config.message_timestamp_before_max_ms,
+                timestamp_after_max_ms=log_config.message_timestamp_after_max_ms,
+                compacted=self.config.compacted, max_message_bytes=self.config.max_message_bytes))
+        return cached[2]
 
     def append_records_to_leader(self, batches: bytes | bytearray | memoryview, *, required_acks: int,
                                  now_ms: int) -> LeaderAppendResult:
@@ -876,8 +871,10 @@ class Partition:
         Errors: NOT_LEADER_OR_FOLLOWER; NOT_ENOUGH_REPLICAS for acks=all while the
         committed ISR is below ``min.insync.replicas`` (nothing is written);
         MESSAGE_TOO_LARGE for a batch above ``max.message.bytes``;
-        RECORD_LIST_TOO_LARGE for more than a segment; CORRUPT_MESSAGE for a bad
-        size, magic, codec or CRC (nothing is written).
+        RECORD_LIST_TOO_LARGE for more than a segment; what
+        :func:`kraftlog.storage.log_validator.validate_batches` refuses (CORRUPT_MESSAGE,
+        INVALID_RECORD, INVALID_TIMESTAMP, UNSUPPORTED_COMPRESSION_TYPE, MESSAGE_TOO_LARGE,
+        with ``record_errors``); nothing is written then.
         """
         if not self.is_leader:
             return LeaderAppendResult(error=ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -893,27 +890,18 @@ class Partition:
         size_error = self._check_sizes(batches, inspected)
         if size_error is not None:
             return size_error
-        if self.config.compacted:
-            key_error = self._check_keys(batches)
-            if key_error is not None:
-                return key_error
+        # Kafka's LogValidator: every record parsed (decompressed if need be) before anything
+        # else looks at the batches; a refusal names the records at fault (KIP-467).
+        rejection = log_validator.validate_batches(batches, self._validation_config(), now_ms=now_ms)
+        if rejection is not None:
+            logger.info("%s event=produce_rejected error=%s message=%r", self._where(), rejection.error.name,
+                        rejection.message)
+            return LeaderAppendResult(error=rejection.error, error_message=rejection.message,
+                                      record_errors=rejection.record_errors)
         producers = [batch for batch, _delta in inspected]
         has_producer = any(batch is not None for batch in producers)
         if has_producer:
             check = self._producers.check_leader_append(producers)
-            if check.duplicate is not None or check.error is not ErrorCode.NONE:
-                # Answered without appending: the CRCs the append would check come first (Kafka
-                # validates records before it looks at producer state).
-                end = 0
-                try:
-                    for header in record_batch.iter_batches(batches):
-                        header.validate()
-                        end = header.position + header.size_in_bytes
-                except CorruptRecordError as exc:
-                    return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
-                if end != len(batches):
-                    return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE,
-                                              error_message=f"incomplete batch at byte {end}")
             if check.duplicate is not None:
                 return self._duplicate_append(check.duplicate)
             if check.error is not ErrorCode.NONE:
@@ -923,9 +911,8 @@ class Partition:
         try:
             info = self._log.append_as_leader(batches, leader_epoch=self._leader_epoch, now_ms=now_ms)
         except CorruptRecordError as exc:
-            return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
-        except KraftlogError as exc:
-            # An unsupported codec (SNAPPY) is the producer's fault, not ours.
+            # The validator checked what stamp_range checks; kept for a caller's buffer that
+            # changed in between (it cannot, today).
             return LeaderAppendResult(error=ErrorCode.CORRUPT_MESSAGE, error_message=str(exc))
         if has_producer:
             offset = info.first_offset

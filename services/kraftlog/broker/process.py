@@ -2,7 +2,9 @@
 
 Startup, in order (Kafka's BrokerServer):
 
-1. read and check ``meta.properties`` of every ``log.dirs`` entry and of the
+1. lock every ``log.dirs`` entry and the metadata log dir (``.lock``; a second process
+   on them exits at once, :mod:`kraftlog.storage.log_dir_lock`), then
+   read and check ``meta.properties`` of every ``log.dirs`` entry and of the
    metadata log dir (formatted by ``kraftlog storage format`` for this node and
    one cluster), then open and recover every ``<topic>-<partition>/`` log found
    (``event=log_recovery state=RECOVERY`` per log, then a summary);
@@ -91,7 +93,7 @@ from kraftlog.raft import driver, shared_driver
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
-from kraftlog.storage import checkpoint, leader_epoch, meta_properties
+from kraftlog.storage import checkpoint, leader_epoch, log_dir_lock, meta_properties
 from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.log_config import LogConfig
@@ -207,6 +209,18 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="log.retention.bytes", type=_LONG, default=-1,
                       doc="bytes a partition log may hold before its oldest segments go; "
                           "-1 = no limit"),
+    kconfig.ConfigKey(name="log.message.timestamp.type", type=_S, default="CreateTime",
+                      validator=kconfig.one_of("CreateTime", "LogAppendTime"),
+                      doc="CreateTime keeps the producer's timestamps, LogAppendTime stamps the "
+                          "leader's clock (topics: message.timestamp.type)"),
+    kconfig.ConfigKey(name="log.message.timestamp.before.max.ms", type=_LONG,
+                      default=LogConfig().message_timestamp_before_max_ms,
+                      validator=kconfig.at_least(0),
+                      doc="ms a CreateTime timestamp may lie before the leader's clock"),
+    kconfig.ConfigKey(name="log.message.timestamp.after.max.ms", type=_LONG,
+                      default=LogConfig().message_timestamp_after_max_ms,
+                      validator=kconfig.at_least(0),
+                      doc="ms a CreateTime timestamp may lie after the leader's clock"),
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
     kconfig.ConfigKey(name="kraftlog.malloc.mmap.threshold.bytes", type=_I,
@@ -270,7 +284,10 @@ def broker_log_config(cfg: kconfig.Config) -> LogConfig:
     return LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
                      segment_ms=cfg.get_int("log.roll.ms"),
                      retention_ms=cfg.get_int("log.retention.ms"),
-                     retention_bytes=cfg.get_int("log.retention.bytes"))
+                     retention_bytes=cfg.get_int("log.retention.bytes"),
+                     message_timestamp_before_max_ms=cfg.get_int("log.message.timestamp.before.max.ms"),
+                     message_timestamp_after_max_ms=cfg.get_int("log.message.timestamp.after.max.ms"),
+                     ).with_overrides({"log.message.timestamp.type": cfg.get_str("log.message.timestamp.type")})
 
 
 class LocalLogs:
@@ -633,7 +650,14 @@ class _Publisher:
 async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
     """Run the broker until SIGTERM/SIGINT; with ``shared`` (combined mode) it listens to
     the co-located controller's raft driver instead of fetching the log as an observer,
-    and stops on ``shared.stop``."""
+    and stops on ``shared.stop``. Every log dir and the metadata dir are locked first
+    (``.lock``, :mod:`kraftlog.storage.log_dir_lock`): a second process on them exits at once."""
+    with log_dir_lock.lock_dirs([*map(pathlib.Path, cfg.get_list("log.dirs")),
+                                 *map(pathlib.Path, filter(None, [cfg.get_str("metadata.log.dir")]))]):
+        return await _serve(cfg, shared=shared)
+
+
+async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None) -> int:
     node_id = cfg.get_int("node.id")
     if "broker" not in cfg.get_list("process.roles"):
         raise errors.ConfigError("process.roles must contain 'broker' for 'kraftlog broker'")

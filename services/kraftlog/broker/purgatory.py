@@ -28,6 +28,7 @@ from typing import Generic, Protocol, TypeVar
 from kraftlog.broker import partition as partition_mod
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import log as storage_log
+from kraftlog.storage import log_validator
 from kraftlog.storage.topic_partition import TopicPartition
 
 
@@ -144,6 +145,8 @@ class ProducePartitionResponse:
     leader_id: int = -1
     """The leader as this broker knows it, with NOT_LEADER_OR_FOLLOWER (KIP-951)."""
     leader_epoch: int = -1
+    record_errors: tuple[log_validator.RecordError, ...] = ()
+    """The records the leader's validator refused (KIP-467)."""
 
 
 class ProducePartitionStatus:

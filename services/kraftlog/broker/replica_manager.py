@@ -358,7 +358,7 @@ class ReplicaManager:
             if result.error is not ErrorCode.NONE or result.info is None:
                 responses[tp] = purgatory.ProducePartitionResponse(
                     error=result.error, error_message=result.error_message, leader_id=partition.leader_id,
-                    leader_epoch=partition.leader_epoch)
+                    leader_epoch=partition.leader_epoch, record_errors=result.record_errors)
                 continue
             info = result.info
             responses[tp] = purgatory.ProducePartitionResponse(

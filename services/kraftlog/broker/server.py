@@ -322,6 +322,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 index=tp.partition, error=error_proto(error, message),
                 base_offset=result.base_offset, log_append_time_ms=result.log_append_time_ms,
                 log_start_offset=result.log_start_offset)
+            for record_error in result.record_errors:
+                answer.record_errors.add(batch_index=record_error.batch_index,
+                                         batch_index_error_message=record_error.message)
             if hint is not None:
                 answer.current_leader.CopyFrom(hint)
             by_topic.setdefault(tp.topic, []).append(answer)

@@ -171,6 +171,22 @@ _TOPIC = (
         synonym="message.max.bytes",
     ),
     _d(
+        "message.timestamp.after.max.ms",
+        _L,
+        str(LONG_MAX),
+        "How far after the leader's clock a CreateTime timestamp may lie, ms.",
+        at_least=0,
+        synonym="log.message.timestamp.after.max.ms",
+    ),
+    _d(
+        "message.timestamp.before.max.ms",
+        _L,
+        str(LONG_MAX),
+        "How far before the leader's clock a CreateTime timestamp may lie, ms.",
+        at_least=0,
+        synonym="log.message.timestamp.before.max.ms",
+    ),
+    _d(
         "message.timestamp.type",
         _S,
         "CreateTime",
@@ -310,6 +326,10 @@ _BROKER_DYNAMIC = (
     _d("log.flush.interval.ms", _L, str(LONG_MAX), "Default flush.ms.", at_least=0),
     _d("log.index.interval.bytes", _I, "4096", "Default index.interval.bytes.", at_least=0),
     _d("log.index.size.max.bytes", _I, "10485760", "Default segment.index.bytes.", at_least=4),
+    _d("log.message.timestamp.after.max.ms", _L, str(LONG_MAX),
+       "Default message.timestamp.after.max.ms.", at_least=0),
+    _d("log.message.timestamp.before.max.ms", _L, str(LONG_MAX),
+       "Default message.timestamp.before.max.ms.", at_least=0),
     _d(
         "log.message.timestamp.type",
         _S,

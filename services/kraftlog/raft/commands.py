@@ -1,8 +1,9 @@
 """``kraftlog controller --config FILE [--override key=value ...]``: run one quorum member.
 
 Reads a Kafka ``server.properties`` (the keys in :data:`CONTROLLER_CONFIG`, Kafka's
-names and units; other keys are reported as unused), checks the metadata log
-directory before anything starts — it must be formatted by ``kraftlog storage
+names and units; other keys are reported as unused), locks the metadata log
+directory and every ``log.dirs`` entry (``.lock``: a second process on them exits at
+once), checks the metadata log directory before anything starts — it must be formatted by ``kraftlog storage
 format`` for this node (``meta.properties``), its ``quorum-state`` must be
 readable and agree with ``controller.quorum.voters``, and a non-empty log without
 a ``quorum-state`` is refused (the node could vote twice in one epoch) — then
@@ -49,7 +50,7 @@ from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import RaftConfig, parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
-from kraftlog.storage import meta_properties
+from kraftlog.storage import log_dir_lock, meta_properties
 from kraftlog.telemetry import controller_metrics, grpc_tracing, metrics, raft_tracing, tracing
 from kraftlog.telemetry import logging as log_setup
 
@@ -183,7 +184,14 @@ def check_storage(directory: pathlib.Path, node_id: int) -> str:
 
 async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
     """Run the controller until SIGTERM/SIGINT (or, combined with a broker in one
-    process, until ``shared.stop``); the exit code."""
+    process, until ``shared.stop``); the exit code. The metadata dir and every
+    ``log.dirs`` entry are locked first (``.lock``, :mod:`kraftlog.storage.log_dir_lock`):
+    a second process on them exits at once, before it reads anything."""
+    with log_dir_lock.lock_dirs([metadata_dir(cfg), *map(pathlib.Path, cfg.get_list("log.dirs") or [])]):
+        return await _serve(cfg, shared=shared)
+
+
+async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None) -> int:
     node_id = cfg.get_int("node.id")
     if "controller" not in cfg.get_list("process.roles"):
         raise errors.ConfigError("process.roles must contain 'controller' for "

@@ -14,7 +14,9 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
   kafka-storage.sh does (which, without the flag, refuses any formatted
   directory; kraftlog only refuses foreign ones, so that re-running a set-up
   script is safe). The bootstrap voter set (KIP-853) is recorded in
-  ``__cluster_metadata-0/bootstrap-voters.json`` for the raft layer.
+  ``__cluster_metadata-0/bootstrap-voters.json`` for the raft layer. A directory
+  a running node holds (its ``.lock``, :mod:`kraftlog.storage.log_dir_lock`) is
+  refused before anything is read.
 * ``kraftlog storage random-uuid`` prints a new cluster id.
 * ``kraftlog storage info --data-dir DIR ...`` prints each directory's
   ``meta.properties`` and contents.
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
 from kraftlog import errors
 from kraftlog.ids import NodeId
 from kraftlog.raft import control_records
-from kraftlog.storage import atomic_file, checkpoint, dump, meta_properties, uuid
+from kraftlog.storage import atomic_file, checkpoint, dump, log_dir_lock, meta_properties, uuid
 from kraftlog.storage import record_batch as rb
 
 METADATA_PARTITION_DIR = "__cluster_metadata-0"
@@ -278,6 +280,15 @@ def run_format(args: argparse.Namespace) -> int:
         raise errors.ConfigError("--controller-endpoint is only used with --standalone")
     own_voter = next((v for v in voters if v.node_id == node_id), None)
 
+    # A directory a running node holds is refused before anything is read or written.
+    with log_dir_lock.lock_dirs(dirs, create=False):
+        return _format_dirs(args, dirs, metadata_dir, cluster_id=cluster_id, node_id=node_id,
+                            voters=voters, own_voter=own_voter, features=features)
+
+
+def _format_dirs(args: argparse.Namespace, dirs: list[pathlib.Path], metadata_dir: pathlib.Path, *,
+                 cluster_id: str, node_id: NodeId, voters: tuple[DynamicVoter, ...],
+                 own_voter: DynamicVoter | None, features: dict[str, int]) -> int:
     # Check every directory before writing any, so a refusal touches nothing.
     existing: dict[pathlib.Path, meta_properties.MetaProperties] = {}
     problems: list[str] = []

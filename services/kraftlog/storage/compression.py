@@ -18,9 +18,10 @@ Formats match what Kafka's Java client writes and reads:
 
 Default levels are Kafka's (KIP-390): gzip 6, lz4 9, zstd 3.
 
-Called only by :mod:`kraftlog.storage.record_batch`'s full encoder/decoder, i.e.
-by clients and tools. Brokers never call it: they never recompress (DESIGN.md
-§3). It must not import I/O frameworks or a clock (tests/test_layering.py).
+Called by :mod:`kraftlog.storage.record_batch`'s full encoder/decoder (clients and
+tools) and by :mod:`kraftlog.storage.log_validator` (a leader decompresses a client's
+batch to check its records). Brokers never recompress (DESIGN.md §3).
+It must not import I/O frameworks or a clock (tests/test_layering.py).
 """
 
 from __future__ import annotations
@@ -131,8 +132,13 @@ def decompress(
         raise CorruptRecordError(f"{kind.name} decompression failed: {exc}") from exc
 
 
+class DecompressedTooLargeError(CorruptRecordError):
+    """A records section decompresses to more than the caller's ``max_size``: too large, which a
+    leader answers with MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE."""
+
+
 def _too_large(kind: str, max_size: int) -> CorruptRecordError:
-    return CorruptRecordError(f"{kind} records section decompresses to more than {max_size} bytes")
+    return DecompressedTooLargeError(f"{kind} records section decompresses to more than {max_size} bytes")
 
 
 def _gunzip(data: bytes, max_size: int) -> bytes:

@@ -55,6 +55,10 @@ _PROPERTY_FIELDS: dict[str, str] = {
     "flush.messages": "flush_interval_messages",
     "log.flush.interval.ms": "flush_interval_ms",
     "flush.ms": "flush_interval_ms",
+    "log.message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "message.timestamp.before.max.ms": "message_timestamp_before_max_ms",
+    "log.message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
+    "message.timestamp.after.max.ms": "message_timestamp_after_max_ms",
 }
 # Kafka's names for message.timestamp.type values.
 _TIMESTAMP_TYPE_NAMES: dict[str, TimestampType] = {
@@ -102,6 +106,13 @@ class LogConfig:
     """``log.message.timestamp.type``: ``CreateTime`` keeps the producer's timestamps;
     ``LogAppendTime`` makes the leader overwrite each batch's maxTimestamp with its clock."""
 
+    message_timestamp_before_max_ms: int = LONG_MAX
+    """``log.message.timestamp.before.max.ms`` (ms): with CreateTime, how far before the leader's
+    clock a produced record's timestamp may lie (KIP-937; Kafka's default: no limit)."""
+
+    message_timestamp_after_max_ms: int = LONG_MAX
+    """``log.message.timestamp.after.max.ms`` (ms): how far after it (Kafka 3.6's default: no limit)."""
+
     def __post_init__(self) -> None:
         if self.segment_bytes < MIN_SEGMENT_BYTES or self.segment_bytes > INT32_MAX:
             raise ConfigError(
@@ -124,6 +135,10 @@ class LogConfig:
             raise ConfigError(f"log.flush.interval.messages must be >= 1, got {self.flush_interval_messages}")
         if self.flush_interval_ms is not None and self.flush_interval_ms < 0:
             raise ConfigError(f"log.flush.interval.ms must be >= 0, got {self.flush_interval_ms}")
+        for name, value in (("log.message.timestamp.before.max.ms", self.message_timestamp_before_max_ms),
+                            ("log.message.timestamp.after.max.ms", self.message_timestamp_after_max_ms)):
+            if not 0 <= value <= LONG_MAX:
+                raise ConfigError(f"{name} must be in [0, {LONG_MAX}], got {value}")
         if not isinstance(self.message_timestamp_type, TimestampType):
             raise ConfigError(
                 f"log.message.timestamp.type must be a TimestampType, got {self.message_timestamp_type!r}")

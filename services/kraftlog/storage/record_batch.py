@@ -29,6 +29,8 @@ Two audiences, two halves:
   They read and patch the 61-byte header through a ``memoryview`` and check the
   CRC with the hardware ``crc32c`` package; their cost is per batch, never per
   record, and they never copy or decompress the records section (DESIGN.md §3).
+  A leader's one per-record pass over a client's batches is
+  :mod:`kraftlog.storage.log_validator`'s, before it calls these.
 - Clients, raft (control records) and tools (``kraftlog log dump``) use
   :func:`build_batch` and :func:`decode_batches`, which encode/decode every
   record with :mod:`kraftlog.storage.varint` and :mod:`kraftlog.storage.compression`.

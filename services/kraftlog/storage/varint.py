@@ -8,8 +8,9 @@ and written 7 bits at a time, least significant group first, with the high bit
 of each byte meaning "more follows".
 
 Called by :mod:`kraftlog.storage.record_batch` when a client encodes or decodes
-records. It must never be used on the broker's produce/fetch path: brokers
-touch only batch headers, never individual records (DESIGN.md §3).
+records, and by :mod:`kraftlog.storage.log_validator` for the varints its inline
+reader leaves (a leader parses a client's records once before appending them;
+followers, fetches and reads touch only batch headers, DESIGN.md §3).
 
 Decoders raise :class:`ValueError` with the byte position; the record decoder
 turns that into a :class:`~kraftlog.errors.CorruptRecordError`.

@@ -115,10 +115,11 @@ class ProduceRequest(_message.Message):
         index: _builtins.int
         """The partition index."""
         records: _builtins.bytes
-        """Whole RecordBatch v2 batches, concatenated. The leader assigns offsets
-        and its leader epoch by patching each batch header; it validates CRCs
-        (CORRUPT_MESSAGE) and sizes (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE)
-        and never recompresses.
+        """Whole RecordBatch v2 batches, concatenated. The leader validates them as
+        Kafka's LogValidator does (CRCs: CORRUPT_MESSAGE; every record parsed,
+        decompressed if need be: INVALID_RECORD, INVALID_TIMESTAMP; sizes:
+        MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE), then assigns offsets and its
+        leader epoch by patching each batch header; it never recompresses.
         """
         def __init__(
             self,
@@ -204,9 +205,11 @@ class ProduceResponse(_message.Message):
         BATCH_INDEX_FIELD_NUMBER: _builtins.int
         BATCH_INDEX_ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
         batch_index: _builtins.int
-        """Index of the batch within the partition's `records`, 0-based."""
+        """KIP-467's name for the index, 0-based, of the rejected record within its
+        batch (error.message names the batch).
+        """
         batch_index_error_message: _builtins.str
-        """Why it was rejected."""
+        """Why the record was rejected."""
         def __init__(
             self,
             *,
@@ -245,7 +248,7 @@ class ProduceResponse(_message.Message):
         @_builtins.property
         def error(self) -> _common_pb2.Error:
             """NONE, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, CORRUPT_MESSAGE,
-            INVALID_RECORD, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, NOT_ENOUGH_REPLICAS,
+            INVALID_RECORD, INVALID_TIMESTAMP, UNSUPPORTED_COMPRESSION_TYPE, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, NOT_ENOUGH_REPLICAS,
             NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT, INVALID_REQUIRED_ACKS,
             KAFKA_STORAGE_ERROR; for batches with a producer id (KIP-98, see
             InitProducerIdRequest): OUT_OF_ORDER_SEQUENCE_NUMBER (a gap, or a new
@@ -257,7 +260,9 @@ class ProduceResponse(_message.Message):
 
         @_builtins.property
         def record_errors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceResponse.BatchIndexAndErrorMessage]:
-            """Batches rejected, for INVALID_RECORD / CORRUPT_MESSAGE."""
+            """The records the leader's validator refused (KIP-467), with INVALID_RECORD
+            or INVALID_TIMESTAMP; the whole of the partition's data is then refused.
+            """
 
         @_builtins.property
         def current_leader(self) -> _common_pb2.LeaderHint:
