@@ -923,8 +923,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     async def persist_log_start_offsets() -> None:
         # DeleteRecords moved a leader's log start offset: checkpoint it before the answer,
         # so a restart cannot bring back the deleted records left in its first segment.
-        # After the periodic write in flight, and on the loop (no await from the loop's end
-        # on), so the two never replace the same files at once.
+        # After the periodic write in flight, then on the loop with nothing awaited, so the
+        # two never replace the same files at once (they share the temporary file names).
         while checkpoint_write is not None and not checkpoint_write.done():
             await asyncio.wait({checkpoint_write})
         plan = [entry for entry in logs.plan_checkpoints(

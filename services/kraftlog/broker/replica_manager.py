@@ -3,7 +3,7 @@
 Owns the map ``TopicPartition -> Partition`` of replicas hosted here, each
 replica's :class:`ReplicaState` (seed 003's replica state machine, shown in
 logs and DescribeLogDirs), the produce and fetch fan-out with an error per
-partition, the delayed produce / fetch purgatories, the collection of pending
+partition, the delayed produce / fetch / DeleteRecords purgatories, the collection of pending
 AlterPartition proposals, ISR expiry, the high watermarks for
 ``replication-offset-checkpoint``, and the leader side of the KIP-73
 replication quota (:mod:`kraftlog.broker.replication_quota`): a follower

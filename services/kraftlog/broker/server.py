@@ -13,6 +13,9 @@ is registered, caught up and unfenced. A partition not hosted here but known to 
 answers NOT_LEADER_OR_FOLLOWER with the leader's hint (KIP-951).
 
 OffsetForLeaderEpoch answers a leader's epoch end offsets (KIP-101/279).
+DeleteRecords moves the log start offsets of partitions led here and answers once
+every live replica followed (:mod:`kraftlog.broker.delete_records`); the injectable
+``DataPlane.on_log_start_offsets_moved`` checkpoints them first.
 FindCoordinator, OffsetCommit and OffsetFetch go to the injected ``groups``
 (:class:`~kraftlog.broker.group_coordinator_driver.GroupCoordinatorDriver`), with the
 coordinator's hint (the leader of the group's ``__consumer_offsets`` partition).
