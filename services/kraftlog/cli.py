@@ -29,6 +29,7 @@ _COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "kraftlog.admin.server_commands": ("admin",),
     "kraftlog.admin.topic_commands": ("topics", "cluster"),
     "kraftlog.admin.reassign_commands": ("reassign", "leader-election"),
+    "kraftlog.admin.delete_records_commands": ("delete-records",),
     "kraftlog.client.commands": ("produce", "consume"),
     "kraftlog.pipeline.pipeline_commands": ("pipeline",),
 }

@@ -33,6 +33,7 @@ ADMIN_COMMANDS = [
     ("reassign", "cancel", "--reassignment-json-file", "f"),
     ("reassign", "list"),
     ("leader-election", "--election-type", "preferred", "--all-topic-partitions"),
+    ("delete-records", "--offset-json-file", "f"),
 ]
 
 

@@ -9,8 +9,14 @@ min.insync.replicas=2):
    offsets_for_times agree;
 2. the CLI produces ``key:value`` lines with a header and consumes everything as
    JSON; unknown topics fail with one line naming UNKNOWN_TOPIC_OR_PARTITION;
-3. a partition leader is SIGKILLed while the producer is sending: every
-   acknowledged record is read back at its acknowledged offset.
+3. ``kraftlog delete-records`` (kafka-delete-records' JSON, through a broker's
+   AdminService) moves partition 0's log start offset: Kafka's output lines, an offset
+   past the high watermark answers OFFSET_OUT_OF_RANGE (exit 1), a consumer from the
+   beginning starts at the new offset, one positioned below it resets by
+   ``auto.offset.reset`` (or raises with ``none``);
+4. partition 0's leader is SIGKILLed while the producer is sending: every
+   acknowledged record is read back at its acknowledged offset, and the new leader (a
+   follower when the records were deleted) starts at the new log start offset too.
 
 Every wait is bounded; all children are killed in ``finally``.
 """
@@ -34,6 +40,8 @@ from kraftlog.client import partitioner
 
 TOPIC = "orders"
 PARTITIONS = 3
+DELETED = 5
+"""Partition 0's records below this offset are deleted (kraftlog delete-records)."""
 
 
 def cli(*args: str, stdin: str = "", timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
@@ -64,6 +72,11 @@ def read_all(bootstrap: str, expected: int, *, timeout_s: float = 15
                 out[record.partition].append(record)
                 total += 1
     return out
+
+
+def log_start_checkpoint(root: pathlib.Path, broker: int) -> str:
+    path = root / f"broker-{broker}" / "log-start-offset-checkpoint"
+    return path.read_text() if path.exists() else ""
 
 
 def test_produce_consume_through_library_and_cli_and_a_leader_kill(
@@ -162,7 +175,50 @@ def test_produce_consume_through_library_and_cli_and_a_leader_kill(
                 _o, key, value = by_partition[1][2]
                 assert captured.out == f"Offset:2\t{key.decode()}\t{value.decode()}\n"
 
-                # 3. kill partition 0's leader while sending; every ack must be readable,
+                # 3. delete-records: partition 0 starts at DELETED from now on, on every replica.
+                offsets_file = tmp_path / "delete.json"
+                offsets_file.write_text(json.dumps({"partitions": [
+                    {"topic": TOPIC, "partition": 0, "offset": DELETED},
+                    {"topic": TOPIC, "partition": 1, "offset": 10**9}], "version": 1}))
+                done = cli("delete-records", "--bootstrap-server", bootstrap,
+                           "--offset-json-file", str(offsets_file))
+                assert done.returncode == 1, done.stderr
+                assert done.stdout.splitlines()[:3] == [
+                    "Executing records delete operation", "Records delete operation completed:",
+                    f"partition: {TOPIC}-0\tlow_watermark: {DELETED}"], done.stdout
+                assert done.stdout.splitlines()[3].startswith(
+                    f"partition: {TOPIC}-1\terror: OFFSET_OUT_OF_RANGE"), done.stdout
+                # The leader checkpointed its new log start offset before answering; the
+                # followers' periodic checkpoint follows.
+                p0_leader = producer.partitions_for(TOPIC)[0].leader_id
+                assert f"{TOPIC} 0 {DELETED}" in log_start_checkpoint(tmp_path, p0_leader)
+                wait_for(lambda: True if all(
+                    f"{TOPIC} 0 {DELETED}" in log_start_checkpoint(tmp_path, b)
+                    for b in BROKERS) else None, timeout_s=15,
+                    what="every replica's log-start-offset-checkpoint")
+                p0 = client.TopicPartition(topic=TOPIC, partition=0)
+                with client.Consumer(client.ConsumerConfig(
+                        bootstrap_servers=tuple(bootstrap.split(",")),
+                        auto_offset_reset=client.OffsetReset.EARLIEST)) as consumer:
+                    consumer.assign([p0])
+                    assert consumer.beginning_offsets([p0]) == {p0: DELETED}
+                    consumer.seek(p0, 0)  # below the log start: reset to the earliest
+                    first = []
+                    for _ in range(20):
+                        first += consumer.poll(timeout_ms=500)
+                        if first:
+                            break
+                    assert first[0].offset == DELETED
+                with client.Consumer(client.ConsumerConfig(
+                        bootstrap_servers=tuple(bootstrap.split(",")),
+                        auto_offset_reset=client.OffsetReset.NONE)) as consumer:
+                    consumer.assign([p0])
+                    consumer.seek(p0, DELETED - 1)
+                    with pytest.raises(client.OffsetOutOfRangeError):
+                        for _ in range(20):
+                            consumer.poll(timeout_ms=500)
+
+                # 4. kill partition 0's leader while sending; every ack must be readable,
                 # by a consumer that was polling through the kill and by a new one.
                 before = sum(len(rows) for rows in by_partition.values()) + 30
                 leader = producer.partitions_for(TOPIC)[0].leader_id
@@ -213,8 +269,10 @@ def test_produce_consume_through_library_and_cli_and_a_leader_kill(
                 offsets = [m.offset for i, (m, _v) in sorted(acked.items()) if m.partition == p]
                 assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
             survivor = next(b for b in BROKERS if b != leader)
-            read = read_all(f"127.0.0.1:{brokers.ports[survivor]}", before + len(acked),
-                            timeout_s=15)
+            read = read_all(f"127.0.0.1:{brokers.ports[survivor]}",
+                            before - DELETED + len(acked), timeout_s=15)
+            # The new leader of partition 0 was a follower when its records were deleted.
+            assert read[0][0].offset == DELETED
             stored = {(p, r.offset): r.value for p, rows in read.items() for r in rows}
             missing = [(m, v) for m, v in acked.values() if stored.get((m.partition, m.offset)) != v]
             assert not missing, missing[:5]

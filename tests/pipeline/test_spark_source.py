@@ -14,7 +14,11 @@ side by side):
    exactly, and resumes from its checkpoint;
 4. bad options (unknown topic, malformed offsets JSON, two of topic/topics) and
    a failed produce fail with messages naming the option or the broker's error
-   (the other option checks are in test_options_planning.py, without Spark).
+   (the other option checks are in test_options_planning.py, without Spark);
+5. a batch that does not decode (served by the in-process fake broker of
+   tests/client/conftest.py, as a broker holding one would): a task hands over the rows
+   before it, then the query fails naming the topic, partition and offset; with
+   failOnDataLoss=false the task skips the batch and reads the rest.
 
 Skipped only when pyspark is not importable (Java or pyarrow missing: an error,
 see conftest.py). Every wait is bounded; the cluster
@@ -23,11 +27,16 @@ is stopped in ``finally``.
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
+import struct
 import threading
 from collections.abc import Iterator
+from concurrent import futures
 from typing import Any
 
+import crc32c
+import grpc
 import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
@@ -38,6 +47,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from kraftlog import client
+from kraftlog.pipeline import client_io, planning
+from kraftlog.pipeline.options import DataLossError
+from kraftlog.storage import record_batch as rb
+from kraftlog.v1 import broker_pb2_grpc
 
 ROWS = 100_000
 PARTITIONS = 6
@@ -270,3 +283,74 @@ def test_failed_produce_fails_the_task_with_the_broker_error(env: Env) -> None:
         no_value.write.format("kraftlog").option("bootstrap", env.bootstrap) \
             .option("topic", "events").mode("append").save()
     assert "value: the DataFrame needs a 'value' column" in str(failure.value)
+
+
+# -- 5. corrupt batches ---------------------------------------------------------------------------
+
+def _fake_broker_module() -> Any:
+    """tests/client/conftest.py's FakeBroker (an in-process BrokerService), loaded by path."""
+    path = pathlib.Path(__file__).parents[1] / "client" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("client_fake_broker", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _batch(base_offset: int, count: int) -> bytes:
+    return rb.build_batch([rb.RecordInput(value=f"v{base_offset + i}".encode(), timestamp_ms=5)
+                           for i in range(count)], base_offset=base_offset)
+
+
+def _garbage(base_offset: int, count: int) -> bytes:
+    """A CRC-valid batch whose records section is not records (issue 17's offset 669)."""
+    batch = bytearray(_batch(base_offset, count))
+    size = len(batch) - rb.RECORDS_OFFSET
+    batch[rb.RECORDS_OFFSET:] = (b"\xff\x13garbage" * size)[:size]
+    struct.pack_into(">I", batch, rb.CRC_OFFSET, crc32c.crc32c(bytes(batch[rb.ATTRIBUTES_OFFSET:])))
+    return bytes(batch)
+
+
+@pytest.fixture
+def poisoned() -> Iterator[str]:
+    """A fake broker whose t-0 holds offsets 0..4, a bad batch at 5..7, then 8..9."""
+    broker = _fake_broker_module().FakeBroker()
+    broker.topics = {"t": 1}
+    broker.logs[("t", 0)] = [_batch(0, 5), _garbage(5, 3), _batch(8, 2)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    broker_pb2_grpc.add_BrokerServiceServicer_to_server(broker, server)
+    broker.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{broker.port}"
+    finally:
+        server.stop(grace=None)
+
+
+def test_a_task_hands_over_the_rows_before_a_corrupt_batch_then_fails_naming_it(
+        poisoned: str) -> None:
+    rng = planning.OffsetRange(topic="t", partition=0, from_offset=0, until_offset=10)
+    handed: list[int] = []
+    with pytest.raises(DataLossError) as failure:
+        for batch in client_io.read_range((poisoned,), rng, fail_on_data_loss=True,
+                                          poll_timeout_ms=5000):
+            handed += batch.column("offset").to_pylist()
+    assert handed == [0, 1, 2, 3, 4]
+    message = str(failure.value)
+    assert "CORRUPT_MESSAGE" in message and "t-0 at offset 5" in message
+    assert "failOnDataLoss=false to skip the batch" in message
+    skipped = [o for batch in client_io.read_range((poisoned,), rng, fail_on_data_loss=False,
+                                                    poll_timeout_ms=5000)
+               for o in batch.column("offset").to_pylist()]
+    assert skipped == [0, 1, 2, 3, 4, 8, 9]
+
+
+def test_spark_fails_the_query_on_a_corrupt_batch_naming_it(spark: SparkSession,
+                                                             poisoned: str) -> None:
+    # One Spark job (they cost 10-40 s here): failOnDataLoss=false's skip is the same
+    # read_range as the test above, which the task runs.
+    df = spark.read.format("kraftlog").option("bootstrap", poisoned).option("topic", "t").load()
+    with pytest.raises(Exception) as failure:
+        df.collect()
+    message = str(failure.value)
+    assert "CORRUPT_MESSAGE" in message and "t-0 at offset 5" in message, message[-2000:]

@@ -15,9 +15,11 @@ from kraftlog.errors import (
     UnexpectedAppendOffsetError,
     UnsupportedCompressionTypeError,
 )
+from kraftlog.storage import checkpoint
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log import Log, OffsetAndTimestamp
 from kraftlog.storage.log_config import LogConfig
+from kraftlog.storage.topic_partition import TopicPartition
 
 
 class FakeEpochCache:
@@ -588,6 +590,34 @@ def test_close_and_reopen_keeps_everything(tmp_path: pathlib.Path) -> None:
     assert reopened.log_start_offset == 4
     assert reopened.read(4, 10**6).records == before[one:]
     reopened.close()
+
+
+def test_delete_records_mid_segment_survives_a_restart_only_through_the_checkpoint(
+        tmp_path: pathlib.Path) -> None:
+    # DeleteRecords moves the log start inside a segment: the segment stays, so only the
+    # log-start-offset-checkpoint keeps offsets below it deleted after a restart.
+    one = len(batch(3))
+    config = LogConfig(segment_bytes=2 * one)
+    log = Log.open(tmp_path / "t-0", config, now_ms=0)
+    for _ in range(3):
+        log.append_as_leader(batch(3), leader_epoch=0, now_ms=0)
+    assert log.maybe_increment_log_start_offset(4) is True
+    assert [s.base_offset for s in log.segments] == [0, 6]  # 4 lies inside the first
+    tp = TopicPartition(topic="t", partition=0)
+    file = checkpoint.OffsetCheckpointFile(tmp_path / "log-start-offset-checkpoint")
+    file.write({tp: log.log_start_offset})
+    log.flush()
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", config, now_ms=0, recovery_point=9,
+                        log_start_offset=file.read()[tp])
+    assert reopened.log_start_offset == 4
+    with pytest.raises(OffsetOutOfRangeError):
+        reopened.read(3, 10**6)
+    assert rb.BatchHeader(reopened.read(4, 10**6).records).base_offset == 3  # the whole batch
+    reopened.close()
+    forgotten = Log.open(tmp_path / "t-0", config, now_ms=0, recovery_point=9)
+    assert forgotten.log_start_offset == 0, "without the checkpoint, 0..3 come back"
+    forgotten.close()
 
 
 def test_log_start_checkpoint_ahead_of_the_data_starts_an_empty_log_there(tmp_path: pathlib.Path) -> None:

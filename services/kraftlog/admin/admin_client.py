@@ -44,7 +44,7 @@ from kraftlog import errors
 from kraftlog.admin import topic_health
 from kraftlog.error_codes import ErrorCode
 from kraftlog.raft import transport
-from kraftlog.v1 import admin_pb2, admin_pb2_grpc, common_pb2, controller_pb2, raft_pb2
+from kraftlog.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, controller_pb2, raft_pb2
 
 DEFAULT_ADMIN = "127.0.0.1:19090"
 DEFAULT_TIMEOUT_MS = 30_000
@@ -211,6 +211,10 @@ def item_errors(response: Any) -> list[ItemError]:
     elif isinstance(response, admin_pb2.AdminDescribeLogDirsResponse):
         for b in response.brokers:
             add(f"broker {b.broker_id}", b.error)
+    elif isinstance(response, broker_pb2.DeleteRecordsResponse):
+        for dt in response.topics:
+            for dp in dt.partitions:
+                add(f"partition {dt.name}-{dp.partition_index}", dp.error)
     return found
 
 
@@ -610,6 +614,24 @@ class AdminClient:
             broker_ids=list(broker_ids), topics=_topic_partitions(partitions))
         answer: admin_pb2.AdminDescribeLogDirsResponse = await self._call(
             "DescribeLogDirs", request, timeout_ms, check=check)
+        return answer
+
+    async def delete_records(self, offsets: Mapping[tuple[str, int], int], *,
+                             timeout_ms: int | None = None, check: bool = True,
+                             ) -> broker_pb2.DeleteRecordsResponse:
+        """Delete the records of each ``(topic, partition)`` below its offset (-1: the high
+        watermark), as ``kafka-delete-records`` does; each partition's answer carries its
+        new low watermark (every live replica's log start offset reached it) or its error."""
+        topics: dict[str, list[broker_pb2.DeleteRecordsRequest.DeleteRecordsPartition]] = {}
+        for (topic, partition), offset in offsets.items():
+            topics.setdefault(topic, []).append(broker_pb2.DeleteRecordsRequest.DeleteRecordsPartition(
+                partition_index=partition, offset=offset))
+        request = broker_pb2.DeleteRecordsRequest(
+            timeout_ms=self._server_timeout(timeout_ms), topics=[
+                broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name=name, partitions=parts)
+                for name, parts in topics.items()])
+        answer: broker_pb2.DeleteRecordsResponse = await self._call(
+            "DeleteRecords", request, timeout_ms, check=check)
         return answer
 
     def _server_timeout(self, timeout_ms: int | None) -> int:

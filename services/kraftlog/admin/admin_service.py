@@ -27,6 +27,11 @@ Where the answers come from:
   ListPartitionReassignments (adding / removing replicas).
 - ListPartitionReassignments' progress and DescribeLogDirs fan out to the brokers'
   DescribeLogDirs.
+- DeleteRecords (Kafka's AdminClient.deleteRecords) finds each partition's leader in a
+  broker's Metadata and sends each leader one BrokerService DeleteRecords for its
+  partitions; a partition whose leader moved (NOT_LEADER_OR_FOLLOWER,
+  LEADER_NOT_AVAILABLE, an unreachable leader) is looked up and sent again within the
+  deadline. An unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION.
 
 Read-your-writes for tools: CreateTopics, CreatePartitions and DeleteTopics return
 once every live broker's metadata shows the change (or after at most
@@ -794,6 +799,118 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._run("DescribeLogDirs", context,
                                admin_pb2.AdminDescribeLogDirsResponse, body)
 
+    # -- DeleteRecords --------------------------------------------------------------------------------
+
+    async def DeleteRecords(self, request: broker_pb2.DeleteRecordsRequest,
+                            context: Any) -> broker_pb2.DeleteRecordsResponse:
+        async def body(deadline: Deadline) -> broker_pb2.DeleteRecordsResponse:
+            return await self._delete_records(request, deadline)
+        return await self._run("DeleteRecords", context, broker_pb2.DeleteRecordsResponse, body)
+
+    async def _delete_records(self, request: broker_pb2.DeleteRecordsRequest,
+                              deadline: Deadline) -> broker_pb2.DeleteRecordsResponse:
+        Result = broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult
+        order: list[tuple[str, int]] = []
+        pending: dict[tuple[str, int], int] = {}
+        results: dict[tuple[str, int], Any] = {}
+        for topic in request.topics:
+            for part in topic.partitions:
+                key = (topic.name, part.partition_index)
+                if key in pending or key in results:
+                    pending.pop(key, None)
+                    results[key] = Result(partition_index=key[1], low_watermark=-1, error=error_proto(
+                        ErrorCode.INVALID_REQUEST, f"partition {key[0]}-{key[1]} given twice"))
+                    continue
+                order.append(key)
+                pending[key] = part.offset
+        last_error: dict[tuple[str, int], common_pb2.Error] = {}
+        while pending:
+            answer = await self.locator.metadata(sorted({name for name, _ in pending}), deadline)
+            addresses = {b.node_id: endpoint_text(b.endpoint) for b in answer.brokers}
+            leaders: dict[str, dict[tuple[str, int], int]] = {}
+            for topic_meta in answer.topics:
+                keys = [k for k in pending if k[0] == topic_meta.name]
+                partitions = {p.partition_index: p for p in topic_meta.partitions}
+                for key in keys:
+                    found = partitions.get(key[1])
+                    if topic_meta.error.code == common_pb2.UNKNOWN_TOPIC_OR_PARTITION or (
+                            found is None and topic_meta.error.code == common_pb2.NONE):
+                        del pending[key]
+                        results[key] = Result(partition_index=key[1], low_watermark=-1,
+                                              error=error_proto(
+                                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                  f"partition {key[0]}-{key[1]} does not exist"))
+                    elif found is None or found.leader_id not in addresses:
+                        last_error[key] = error_proto(ErrorCode.LEADER_NOT_AVAILABLE,
+                                                      f"no live leader for {key[0]}-{key[1]}")
+                    else:
+                        leaders.setdefault(addresses[found.leader_id], {})[key] = pending[key]
+            replies = await asyncio.gather(*(self._delete_on_leader(target, asked, deadline)
+                                             for target, asked in leaders.items()))
+            for reply in replies:
+                for key, result in reply.items():
+                    if result.error.code in _DELETE_RECORDS_RETRIABLE:
+                        last_error[key] = result.error
+                    else:
+                        del pending[key]
+                        results[key] = result
+            if not pending:
+                break
+            backoff_s = self.settings.retry_backoff_ms / 1000
+            if deadline.remaining() <= backoff_s:
+                for key in pending:
+                    error = last_error.get(key) or error_proto(
+                        ErrorCode.REQUEST_TIMED_OUT, f"no leader of {key[0]}-{key[1]} answered")
+                    results[key] = Result(partition_index=key[1], low_watermark=-1, error=error)
+                break
+            await asyncio.sleep(backoff_s)
+        response = broker_pb2.DeleteRecordsResponse(error=error_proto(ErrorCode.NONE))
+        by_topic: dict[str, Any] = {}
+        for key in dict.fromkeys([*order, *results]):
+            if key not in results:
+                continue
+            entry = by_topic.get(key[0])
+            if entry is None:
+                entry = by_topic[key[0]] = response.topics.add(name=key[0])
+            entry.partitions.append(results[key])
+        return response
+
+    async def _delete_on_leader(self, target: str, asked: Mapping[tuple[str, int], int],
+                                deadline: Deadline) -> dict[tuple[str, int], Any]:
+        """One BrokerService DeleteRecords to the leader at ``target``: each partition's
+        result (an unreachable leader answers LEADER_NOT_AVAILABLE, retried by the caller)."""
+        Result = broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult
+        topics: dict[str, list[broker_pb2.DeleteRecordsRequest.DeleteRecordsPartition]] = {}
+        for (name, index), offset in asked.items():
+            topics.setdefault(name, []).append(
+                broker_pb2.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=index,
+                                                                       offset=offset))
+        # The leader waits for its followers at most until a little before our deadline.
+        wait_s = max(deadline.remaining() - ANSWER_MARGIN_S, 0.0)
+        request = broker_pb2.DeleteRecordsRequest(timeout_ms=int(wait_s * 1000), topics=[
+            broker_pb2.DeleteRecordsRequest.DeleteRecordsTopic(name=name, partitions=parts)
+            for name, parts in topics.items()])
+        stub = broker_pb2_grpc.BrokerServiceStub(self.locator.channel(target))
+        try:
+            answer: broker_pb2.DeleteRecordsResponse = await stub.DeleteRecords(
+                request, timeout=max(deadline.remaining(), 0.001))
+        except grpc.aio.AioRpcError as exc:
+            return {key: Result(partition_index=key[1], low_watermark=-1, error=error_proto(
+                ErrorCode.LEADER_NOT_AVAILABLE, f"leader at {target}: {exc.code().name}"))
+                for key in asked}
+        found: dict[tuple[str, int], Any] = {}
+        for topic in answer.topics:
+            for part in topic.partitions:
+                key = (topic.name, part.partition_index)
+                if key in asked:
+                    result = Result()
+                    result.CopyFrom(part)
+                    found[key] = result
+        for key in asked:
+            found.setdefault(key, Result(partition_index=key[1], low_watermark=-1, error=error_proto(
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"the leader at {target} did not answer for it")))
+        return found
+
     # -- the quorum ----------------------------------------------------------------------------------
 
     async def DescribeQuorum(self, request: raft_pb2.DescribeQuorumRequest,
@@ -855,6 +972,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise RequestFailed(ErrorCode(answer.error.code),
                                 f"DescribeCluster: {answer.error.message}")
         return answer.cluster_id
+
+
+_DELETE_RECORDS_RETRIABLE = frozenset({
+    common_pb2.NOT_LEADER_OR_FOLLOWER, common_pb2.LEADER_NOT_AVAILABLE,
+    common_pb2.UNKNOWN_LEADER_EPOCH, common_pb2.FENCED_LEADER_EPOCH,
+})
+"""Broker answers after which the admin looks the leader up again and resends."""
 
 
 def _after_last_batch(records: bytes) -> tuple[int, int]:

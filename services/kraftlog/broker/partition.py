@@ -1175,6 +1175,44 @@ class Partition:
                             self._log.log_start_offset)
         return deleted
 
+    # ================================================================== DeleteRecords (leader)
+
+    def delete_records_on_leader(self, offset: int) -> tuple[ErrorCode, int, str]:
+        """Move the log start offset to ``offset`` (-1: the high watermark) and delete whole
+        segments below it (Kafka's Partition.deleteRecordsOnLeader); returns (error, the
+        offset asked for after -1 was resolved, message).
+
+        NOT_LEADER_OR_FOLLOWER off the leader; OFFSET_OUT_OF_RANGE below -1 or past the
+        high watermark (only committed records may go: a follower must never be asked to
+        start past what it may have). Moving it backwards is no error: nothing changes.
+        Raises OSError when the log's files fail.
+        """
+        if not self.is_leader:
+            return (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1,
+                    f"broker {self.local_broker_id} is not the leader of {self.topic_partition}")
+        target = self._high_watermark if offset == -1 else offset
+        if target < 0 or target > self._high_watermark:
+            return (ErrorCode.OFFSET_OUT_OF_RANGE, -1,
+                    f"cannot delete records of {self.topic_partition} below offset {offset}: it "
+                    f"must be -1 (the high watermark) or between 0 and the high watermark "
+                    f"{self._high_watermark}")
+        if self.maybe_increment_log_start_offset(target):
+            logger.info("%s event=delete_records log_start_offset=%d", self._where(), target)
+        return ErrorCode.NONE, target, ""
+
+    def low_watermark_if_leader(self) -> tuple[ErrorCode, int]:
+        """The smallest log start offset among this leader and its live followers (Kafka's
+        lowWatermarkIfLeader): what DeleteRecords waits on. A follower that has not
+        fetched in this leader epoch counts as -1; a fenced or unregistered broker is
+        not waited for."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+        low = self._log.log_start_offset
+        for replica_id, replica in self._remote.items():
+            if self._is_replica_isr_eligible(replica_id):
+                low = min(low, replica.log_start_offset)
+        return ErrorCode.NONE, low
+
     def _clamp_high_watermark(self) -> None:
         self._high_watermark = min(max(self._high_watermark, self._log.log_start_offset),
                                    self._log.log_end_offset)

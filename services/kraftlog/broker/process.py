@@ -22,7 +22,9 @@ Startup, in order (Kafka's BrokerServer):
 5. send the leaders' pending ISR changes to the controller as AlterPartition (one
    request per batch of proposals; answers fed back to the partitions);
 6. write ``replication-offset-checkpoint`` (high watermarks) every
-   ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown; apply
+   ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown (with the
+   recovery points and log start offsets; ``log-start-offset-checkpoint`` also before
+   a DeleteRecords that moved a leader's log start offset is answered); apply
    ``log.retention.ms`` / ``log.retention.bytes`` every ``log.retention.check.interval.ms``
    (below the high watermark only).
 
@@ -917,6 +919,20 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                     cleaner.commit(await asyncio.to_thread(log_cleaner.prepare, planned), wall_ms())
             except OSError as exc:
                 logger.error("broker=%d event=log_cleaner_io_error error=%r", node_id, str(exc))
+
+    async def persist_log_start_offsets() -> None:
+        # DeleteRecords moved a leader's log start offset: checkpoint it before the answer,
+        # so a restart cannot bring back the deleted records left in its first segment.
+        # After the periodic write in flight, then on the loop with nothing awaited, so the
+        # two never replace the same files at once (they share the temporary file names).
+        while checkpoint_write is not None and not checkpoint_write.done():
+            await asyncio.wait({checkpoint_write})
+        plan = [entry for entry in logs.plan_checkpoints(
+            None, [p for tp, p in manager.partitions.items() if not manager.is_offline(tp)])
+            if entry[1] == LOG_START_CHECKPOINT]
+        logs.report_checkpoint_failures(write_checkpoint_plan(plan))
+
+    data.on_log_start_offsets_moved = persist_log_start_offsets
 
     async def sample_metrics(sink: bm.BrokerMetrics) -> None:
         quotas = (("leader", leader_quota), ("follower", follower_quota))

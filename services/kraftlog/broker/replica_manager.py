@@ -3,7 +3,7 @@
 Owns the map ``TopicPartition -> Partition`` of replicas hosted here, each
 replica's :class:`ReplicaState` (seed 003's replica state machine, shown in
 logs and DescribeLogDirs), the produce and fetch fan-out with an error per
-partition, the delayed produce / fetch purgatories, the collection of pending
+partition, the delayed produce / fetch / DeleteRecords purgatories, the collection of pending
 AlterPartition proposals, ISR expiry, the high watermarks for
 ``replication-offset-checkpoint``, and the leader side of the KIP-73
 replication quota (:mod:`kraftlog.broker.replication_quota`): a follower
@@ -53,6 +53,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kraftlog.broker import delete_records as dr
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import purgatory
 from kraftlog.broker import replication_quota as rq
@@ -157,11 +158,27 @@ class CompletedFetch:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompletedDeleteRecords:
+    op_id: int
+    responses: dict[TopicPartition, dr.DeleteRecordsPartitionResponse]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteRecordsOutcome:
+    """The answer to :meth:`ReplicaManager.delete_records` (``responses`` final when
+    ``delayed_op_id`` is None, else it comes from :meth:`ReplicaManager.take_completed`)."""
+
+    responses: dict[TopicPartition, dr.DeleteRecordsPartitionResponse]
+    delayed_op_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Completed:
     """Delayed requests that became answerable since the last :meth:`ReplicaManager.take_completed`."""
 
     produces: tuple[CompletedProduce, ...] = ()
     fetches: tuple[CompletedFetch, ...] = ()
+    delete_records: tuple[CompletedDeleteRecords, ...] = ()
 
 
 class ReplicaManager:
@@ -178,6 +195,8 @@ class ReplicaManager:
         self._next_op_id = 1
         self._completed_produces: list[CompletedProduce] = []
         self._completed_fetches: list[CompletedFetch] = []
+        self._delete_records_purgatory = dr.delete_records_purgatory(self._low_watermark)
+        self._completed_delete_records: list[CompletedDeleteRecords] = []
         # The latest time a caller gave: re-reads of completed fetches run at it.
         self._now_ms = 0
         self._offline_dirs: dict[str, str] = {}
@@ -458,6 +477,8 @@ class ReplicaManager:
                 min_one_message = False
                 remaining = max(0, remaining - len(result.records))
             if update_fetch_state:
+                if params.is_from_follower and len(self._delete_records_purgatory):
+                    self._check_delete_records(tp)  # the follower's log start offset may have moved
                 if partition.high_watermark != hw_before:
                     # A follower's progress may settle waiting produces and consumer fetches.
                     self._complete_waiting(tp)
@@ -478,6 +499,50 @@ class ReplicaManager:
             return 0  # Kafka's DelayedFetch: throttled bytes do not complete a waiting fetch
         return available
 
+    # ================================================================== DeleteRecords
+
+    def delete_records(self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int,
+                       now_ms: int) -> DeleteRecordsOutcome:
+        """Move each led partition's log start offset (Kafka's ReplicaManager.deleteRecords),
+        then wait in the purgatory until every live replica's log start offset followed
+        (:mod:`kraftlog.broker.delete_records`), or ``timeout_ms``."""
+        self._now_ms = now_ms
+        statuses: dict[TopicPartition, dr.DeleteRecordsStatus] = {}
+        for tp, offset in offsets.items():
+            partition, error, message = self._serving_partition(tp)
+            required = -1
+            if partition is not None:
+                try:
+                    error, required, message = partition.delete_records_on_leader(offset)
+                except OSError as exc:
+                    self.handle_storage_error(tp, exc)
+                    error, message = ErrorCode.KAFKA_STORAGE_ERROR, f"the log of {tp} failed: {exc}"
+            statuses[tp] = dr.DeleteRecordsStatus(
+                required_offset=required,
+                response=dr.DeleteRecordsPartitionResponse(error=error, error_message=message))
+        op = dr.DelayedDeleteRecords(op_id=self._new_op_id(), deadline_ms=now_ms + max(0, timeout_ms),
+                                     statuses=statuses)
+        if self._delete_records_purgatory.try_complete_else_watch(op):
+            return DeleteRecordsOutcome(responses=op.responses())
+        return DeleteRecordsOutcome(responses=op.responses(), delayed_op_id=op.op_id)
+
+    def _low_watermark(self, tp: TopicPartition) -> tuple[ErrorCode, int, str]:
+        partition, error, message = self._serving_partition(tp)
+        if partition is None:
+            return error, -1, message
+        error, low = partition.low_watermark_if_leader()
+        if error is not ErrorCode.NONE:
+            return error, -1, f"broker {self.broker_id} no longer leads {tp}"
+        return ErrorCode.NONE, low, ""
+
+    def _check_delete_records(self, tp: TopicPartition) -> None:
+        for op in self._delete_records_purgatory.check_and_complete(tp):
+            self._completed_delete_records.append(CompletedDeleteRecords(op_id=op.op_id, responses=op.responses()))
+
+    @property
+    def waiting_delete_records(self) -> int:
+        return len(self._delete_records_purgatory)
+
     # ================================================================== completion plumbing
 
     def _new_op_id(self) -> int:
@@ -490,6 +555,7 @@ class ReplicaManager:
             self._completed_produces.append(CompletedProduce(op_id=produce.op_id, responses=produce.responses()))
         for fetch in self._fetch_purgatory.check_and_complete(tp):
             self._answer_fetch(fetch)
+        self._check_delete_records(tp)
 
     def _answer_fetch(self, fetch: purgatory.DelayedFetch) -> None:
         # Kafka's DelayedFetch.onComplete: read again, without counting it as
@@ -501,9 +567,11 @@ class ReplicaManager:
 
     def take_completed(self) -> Completed:
         """Delayed requests answerable now, each exactly once, oldest first."""
-        done = Completed(produces=tuple(self._completed_produces), fetches=tuple(self._completed_fetches))
+        done = Completed(produces=tuple(self._completed_produces), fetches=tuple(self._completed_fetches),
+                         delete_records=tuple(self._completed_delete_records))
         self._completed_produces.clear()
         self._completed_fetches.clear()
+        self._completed_delete_records.clear()
         return done
 
     @property
@@ -517,7 +585,8 @@ class ReplicaManager:
     def next_deadline_ms(self) -> int | None:
         """When :meth:`poll` must run next at the latest to expire a waiting request."""
         deadlines = [d for d in (self._produce_purgatory.next_deadline_ms(),
-                                 self._fetch_purgatory.next_deadline_ms()) if d is not None]
+                                 self._fetch_purgatory.next_deadline_ms(),
+                                 self._delete_records_purgatory.next_deadline_ms()) if d is not None]
         return min(deadlines) if deadlines else None
 
     def poll(self, now_ms: int) -> None:
@@ -528,6 +597,8 @@ class ReplicaManager:
             self._completed_produces.append(CompletedProduce(op_id=produce.op_id, responses=produce.responses()))
         for fetch in self._fetch_purgatory.expire(now_ms):
             self._answer_fetch(fetch)
+        for op in self._delete_records_purgatory.expire(now_ms):
+            self._completed_delete_records.append(CompletedDeleteRecords(op_id=op.op_id, responses=op.responses()))
         for tp, partition in self._partitions.items():
             if self._states[tp] in _SERVING_STATES and partition.is_leader:
                 partition.maybe_shrink_isr(now_ms)

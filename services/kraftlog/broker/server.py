@@ -13,6 +13,9 @@ is registered, caught up and unfenced. A partition not hosted here but known to 
 answers NOT_LEADER_OR_FOLLOWER with the leader's hint (KIP-951).
 
 OffsetForLeaderEpoch answers a leader's epoch end offsets (KIP-101/279).
+DeleteRecords moves the log start offsets of partitions led here and answers once
+every live replica followed (:mod:`kraftlog.broker.delete_records`); the injectable
+``DataPlane.on_log_start_offsets_moved`` checkpoints them first.
 FindCoordinator, OffsetCommit and OffsetFetch go to the injected ``groups``
 (:class:`~kraftlog.broker.group_coordinator_driver.GroupCoordinatorDriver`), with the
 coordinator's hint (the leader of the group's ``__consumer_offsets`` partition).
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from kraftlog import rpc_guard
+from kraftlog.broker import delete_records as dr
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
@@ -116,6 +120,11 @@ class DataPlane:
                                                       purgatory.ProducePartitionResponse]]] = {}
         self._fetches: dict[int, asyncio.Future[dict[TopicPartition,
                                                      rm.FetchPartitionResponse]]] = {}
+        self._delete_records: dict[int, asyncio.Future[dict[TopicPartition,
+                                                            dr.DeleteRecordsPartitionResponse]]] = {}
+        self.on_log_start_offsets_moved: Callable[[], Awaitable[None]] | None = None
+        """Awaited after DeleteRecords moved a log start offset, before the answer: the
+        process writes ``log-start-offset-checkpoint`` there."""
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.poll_at_ms = 0
@@ -143,8 +152,11 @@ class DataPlane:
             produce.cancel()
         for fetch in self._fetches.values():
             fetch.cancel()
+        for waiting in self._delete_records.values():
+            waiting.cancel()
         self._produces.clear()
         self._fetches.clear()
+        self._delete_records.clear()
 
     def dispatch(self) -> None:
         """Answer what became answerable, and tell the AlterPartition sender when it has work
@@ -158,6 +170,10 @@ class DataPlane:
             fetch_future = self._fetches.pop(fetch.op_id, None)
             if fetch_future is not None and not fetch_future.done():
                 fetch_future.set_result(fetch.responses)
+        for deleted in done.delete_records:
+            delete_future = self._delete_records.pop(deleted.op_id, None)
+            if delete_future is not None and not delete_future.done():
+                delete_future.set_result(deleted.responses)
         if self._on_alter_partition is not None and self.manager.alter_partition_requests_ready:
             self._on_alter_partition()
 
@@ -187,6 +203,23 @@ class DataPlane:
             asyncio.get_running_loop().create_future())
         self._fetches[outcome.delayed_op_id] = future
         self.dispatch()
+        self._wake_poll_if_sooner()
+        return await future
+
+    async def delete_records(self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int
+                             ) -> dict[TopicPartition, dr.DeleteRecordsPartitionResponse]:
+        """DeleteRecords on the partitions led here; answered once the replicas followed."""
+        outcome = self.manager.delete_records(offsets, timeout_ms=timeout_ms, now_ms=self._now_ms())
+        future: asyncio.Future[dict[TopicPartition, dr.DeleteRecordsPartitionResponse]] | None = None
+        if outcome.delayed_op_id is not None:
+            future = asyncio.get_running_loop().create_future()
+            self._delete_records[outcome.delayed_op_id] = future
+        self.dispatch()
+        moved = any(r.error is ErrorCode.NONE for r in outcome.responses.values())
+        if moved and self.on_log_start_offsets_moved is not None:
+            await self.on_log_start_offsets_moved()
+        if future is None:
+            return outcome.responses
         self._wake_poll_if_sooner()
         return await future
 
@@ -608,6 +641,58 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         logger.info("broker=%d event=init_producer_id producer_id=%d producer_epoch=0 previous_producer_id=%d",
                     self.broker_id, producer_id, request.producer_id)
         return answer(ErrorCode.NONE, "", producer_id, 0)
+
+    # -- DeleteRecords ---------------------------------------------------------------------------
+
+    async def DeleteRecords(self, request: broker_pb2.DeleteRecordsRequest, context: Any) -> Any:
+        """Kafka's handleDeleteRecordsRequest: each partition's log start offset moves on its
+        leader, answered with the low watermark once every live replica followed."""
+        offsets: dict[TopicPartition, int] = {}
+        refused: dict[tuple[str, int], tuple[ErrorCode, str]] = {}
+        for topic in request.topics:
+            for part in topic.partitions:
+                key = (topic.name, part.partition_index)
+                tp = self._tp(topic.name, part.partition_index)
+                if tp is None:
+                    refused[key] = (ErrorCode.INVALID_REQUEST, "invalid topic or partition")
+                elif tp in offsets or key in refused:
+                    # Given twice: neither request is carried out.
+                    refused[key] = (ErrorCode.INVALID_REQUEST, "partition given twice")
+                    offsets.pop(tp, None)
+                elif topic.name in INTERNAL_TOPICS:
+                    refused[key] = (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                    f"cannot delete records of internal topic {topic.name}")
+                elif part.offset < -1:
+                    refused[key] = (ErrorCode.OFFSET_OUT_OF_RANGE,
+                                    f"offset {part.offset} must be -1 (the high watermark) or >= 0")
+                elif (policy := self._image().configs.topic_configs(topic.name).get(
+                        "cleanup.policy")) is not None and "delete" not in [
+                            item.strip().lower() for item in policy.split(",")]:
+                    # Kafka's deleteRecordsOnLeader: only a log whose policy deletes.
+                    refused[key] = (ErrorCode.POLICY_VIOLATION,
+                                    f"records of {tp} cannot be deleted: its cleanup.policy "
+                                    f"is {policy!r}, without delete")
+                else:
+                    offsets[tp] = part.offset
+        timeout_ms = max(0, request.timeout_ms)
+        results = (await self.data.delete_records(offsets, timeout_ms=timeout_ms)
+                   if offsets else {})
+        by_topic: dict[str, list[broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult]] = {}
+        for tp, result in results.items():
+            error, message, hint = self._refine(tp, result.error, result.error_message)
+            answer = broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                partition_index=tp.partition, low_watermark=result.low_watermark,
+                error=error_proto(error, message))
+            if hint is not None:
+                answer.current_leader.CopyFrom(hint)
+            by_topic.setdefault(tp.topic, []).append(answer)
+        for (name, index), (code, message) in refused.items():
+            by_topic.setdefault(name, []).append(
+                broker_pb2.DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                    partition_index=index, low_watermark=-1, error=error_proto(code, message)))
+        return broker_pb2.DeleteRecordsResponse(topics=[
+            broker_pb2.DeleteRecordsResponse.DeleteRecordsTopicResult(name=name, partitions=parts)
+            for name, parts in by_topic.items()], error=error_proto(ErrorCode.NONE))
 
     # -- not served yet (issue 5 §5) -------------------------------------------------------------
 

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
         ClientClosedError,
         ClientError,
         ClientTimeoutError,
+        CorruptRecordBatchError,
         KafkaApiError,
         OffsetOutOfRangeError,
         UnknownTopicError,
@@ -87,7 +88,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
                                             "OffsetAndTimestamp")},
     **{name: (_ERRORS, name) for name in (
         "BrokersUnavailableError", "ClientClosedError", "ClientError", "ClientTimeoutError",
-        "KafkaApiError", "OffsetOutOfRangeError", "UnknownTopicError")},
+        "CorruptRecordBatchError", "KafkaApiError", "OffsetOutOfRangeError", "UnknownTopicError")},
     "PartitionInfo": (f"{__name__}.metadata_client", "PartitionInfo"),
     **{name: (_PRODUCER, name) for name in ("Producer", "RecordFuture", "RecordMetadata")},
     "Header": ("kraftlog.storage.record_batch", "Header"),
@@ -118,7 +119,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Acks", "BrokersUnavailableError", "ClientClosedError", "ClientError", "ClientTimeoutError",
-    "Consumer", "ConsumerConfig", "ConsumerRecord", "Header", "KafkaApiError",
+    "Consumer", "ConsumerConfig", "ConsumerRecord", "CorruptRecordBatchError", "Header",
+    "KafkaApiError",
     "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetOutOfRangeError", "OffsetReset", "PartitionInfo", "Producer",
     "ProducerConfig", "RecordFuture", "RecordMetadata", "TimestampType", "TopicPartition",
     "UnknownTopicError", "tune_malloc",

@@ -19,6 +19,11 @@ it starts each partition at the group's committed offset (else earliest with
 ``--from-beginning``, latest otherwise, as kafka-console-consumer does) and commits
 the positions after printing each batch of records.
 
+A batch that does not decode (CORRUPT_MESSAGE: a bad CRC, records that do not parse)
+stops the tool after the records before it were printed: one error line names the
+topic, partition and offset (and the offset to start from to skip it), exit code 1.
+``--skip-corrupt`` instead prints that line as a warning, skips the batch and goes on.
+
 Bad arguments, unknown topics and unreachable brokers (named) raise
 :class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.cli` prints as one
 line with exit code 1. Edge module: stdin/stdout and the client library.
@@ -95,6 +100,9 @@ def register(subparsers: Any) -> None:
     consume.add_argument("--group", metavar="G",
                          help="consumer group: start from its committed offsets and commit "
                               "after printing")
+    consume.add_argument("--skip-corrupt", action="store_true",
+                         help="warn about a batch that does not decode and skip it "
+                              "(default: print the records before it, then stop with an error)")
     consume.add_argument("--consumer-property", action="append", default=[],
                          metavar="KEY=VALUE", help="a consumer setting (Kafka name); repeatable")
     consume.set_defaults(func=_traced(run_consume))
@@ -346,7 +354,14 @@ def run_consume(args: argparse.Namespace) -> int:
                         break
                     wait_ms = min(wait_ms, left_ms)
                 limit = None if max_messages is None else max_messages - count
-                records = consumer.poll(max_records=limit, timeout_ms=wait_ms)
+                try:
+                    records = consumer.poll(max_records=limit, timeout_ms=wait_ms)
+                except client_errors.CorruptRecordBatchError as exc:
+                    if not args.skip_corrupt or exc.next_offset is None:
+                        raise
+                    print(f"kraftlog: warning: skipping a corrupt batch: {exc}", file=sys.stderr)
+                    consumer.seek(exc.topic_partition, exc.next_offset)
+                    continue
                 if not records:
                     continue
                 last_record = time.monotonic()

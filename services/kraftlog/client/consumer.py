@@ -27,9 +27,19 @@ partitions it just served before returning (prefetch, as Kafka's consumer does).
 Fetch and ListOffsets carry the leader epoch from metadata (KIP-320). A broker
 serves consumers only up to the high watermark, so every record returned is
 committed. Batches are decoded by
-:func:`kraftlog.storage.record_batch.decode_batches` (CRC-checked) and kept per
+:func:`kraftlog.storage.record_batch.decode_batch_records` (CRC-checked) and kept per
 partition; records before the position (the start of a batch fetched from its
 middle) and control batches are skipped.
+
+A batch that fails its CRC or does not decode (written before the leader validated
+batches, a disk bit flip) stops its partition there, as Kafka's ``CompletedFetch``
+does: the records before it are delivered, then the poll that reaches it raises
+:class:`~kraftlog.client.errors.CorruptRecordBatchError` naming the partition, the
+offset the position stays at and the offset past the batch. Records of other
+partitions already collected by that poll are returned first and the error comes with
+the next poll (Kafka's ``FetchCollector``); every poll raises it again, and the
+partition is not fetched, until the application seeks (``seek(tp, error.next_offset)``
+skips the batch).
 
 Errors per partition: NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH /
 UNKNOWN_LEADER_EPOCH / LEADER_NOT_AVAILABLE / UNKNOWN_TOPIC_OR_PARTITION and
@@ -166,6 +176,9 @@ class Consumer:
         self._coordinator: str | None = None
         """The group coordinator's address, None until FindCoordinator answers."""
         self._next_auto_commit = _now() + config.auto_commit_interval_ms / 1000
+        self._corrupt: dict[TopicPartition, client_errors.CorruptRecordBatchError] = {}
+        """Partitions stopped at a batch that does not decode: raised once their buffer is
+        drained, until a seek (or an assignment without them) clears it."""
 
     # -- assignment and positions -------------------------------------------------------------
 
@@ -178,7 +191,8 @@ class Consumer:
                 raise ValueError(f"assign() takes TopicPartition values, got {tp!r}")
         keep = set(wanted)
         for table in (self._positions, self._fetch_next, self._resets, self._buffers,
-                      self._fetched_records, self._high_watermarks, self._backoff_until):
+                      self._fetched_records, self._high_watermarks, self._backoff_until,
+                      self._corrupt):
             for tp in [tp for tp in table if tp not in keep]:
                 del table[tp]
         self._assigned = wanted
@@ -212,6 +226,7 @@ class Consumer:
         self._fetch_next[tp] = offset
         self._resets.pop(tp, None)
         self._buffers.pop(tp, None)
+        self._corrupt.pop(tp, None)
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Read from the log start offset (resolved at the next poll/position)."""
@@ -267,6 +282,8 @@ class Consumer:
 
         Returns [] when nothing arrives in time. Records of one partition come in
         offset order; partitions are served round-robin from what is buffered.
+        Raises CorruptRecordBatchError once a partition's records up to a batch that
+        does not decode were returned (see the module docstring).
         """
         self._check_open()
         limit = self.config.max_poll_records if max_records is None else max_records
@@ -279,7 +296,11 @@ class Consumer:
         self._maybe_auto_commit()
         while True:
             self._handle_completed()
-            records = self._drain_buffers(limit)
+            try:
+                records = self._drain_buffers(limit)
+            except client_errors.CorruptRecordBatchError:
+                self._send_fetches(deadline)  # the other partitions keep coming
+                raise
             # Fetch ahead of the application (Kafka's consumer does too): partitions
             # with a short buffer get their next Fetch now, answered while the
             # caller works on these records.
@@ -553,6 +574,7 @@ class Consumer:
             self._positions.pop(tp, None)
             self._fetch_next.pop(tp, None)
             self._buffers.pop(tp, None)
+            self._corrupt.pop(tp, None)
             self._resets[tp] = reset
 
     def _default_reset(self, tp: TopicPartition) -> _Reset:
@@ -664,7 +686,18 @@ class Consumer:
             tp = self._assigned[index]
             buffer = self._buffers.get(tp)
             if not buffer:
-                continue
+                corrupt = self._corrupt.get(tp)
+                if corrupt is None:
+                    continue
+                if out:
+                    # Kafka's FetchCollector: what this poll collected is returned; the
+                    # next poll starts here and raises.
+                    self._next_drain = index
+                    break
+                # The poll after this one serves the other partitions first, so one
+                # stopped partition cannot starve them while the application decides.
+                self._next_drain = (index + 1) % count
+                raise corrupt
             take = min(limit - len(out), len(buffer))
             if take == len(buffer):
                 out.extend(buffer)
@@ -696,7 +729,8 @@ class Consumer:
         floor = self.config.max_poll_records
         fetched = self._fetched_records
         fetchable = [tp for tp in self._assigned
-                     if tp not in busy and self._backoff_until.get(tp, 0) <= now
+                     if tp not in busy and tp not in self._corrupt
+                     and self._backoff_until.get(tp, 0) <= now
                      and len(self._buffers.get(tp) or ()) <= max(floor - 1, fetched.get(tp, 0))]
         unresolved = [tp for tp in fetchable if tp not in self._positions]
         if unresolved:
@@ -834,23 +868,36 @@ class Consumer:
         from ``position`` on and queue them."""
         topic, partition = tp.topic, tp.partition
         last: rb.BatchHeader | None = None
-        fetched: list[ConsumerRecord] = []  # buffered only once the whole answer decoded
+        bad: rb.BatchHeader | None = None
+        fetched: list[ConsumerRecord] = []
         try:
             # A Fetch answer may end in a partial batch (cut at the byte limit, as Kafka's
             # consumer tolerates): iter_batches stops before it.
             for batch in rb.iter_batches(data, start, end):
-                last = batch
+                bad = batch
                 if batch.is_control or batch.last_offset < position:
                     batch.validate()
-                    continue
-                records = rb.decode_batch_records(batch, ConsumerRecord, (
-                    topic, partition, batch.timestamp_type, batch.partition_leader_epoch))
-                if batch.base_offset < position:  # the fetch started inside this batch
-                    records = [r for r in records if r.offset >= position]
-                fetched.extend(records)
+                else:
+                    records = rb.decode_batch_records(batch, ConsumerRecord, (
+                        topic, partition, batch.timestamp_type, batch.partition_leader_epoch))
+                    if batch.base_offset < position:  # the fetch started inside this batch
+                        records = [r for r in records if r.offset >= position]
+                    fetched.extend(records)
+                bad = None
+                last = batch
         except CorruptRecordError as exc:
-            raise client_errors.KafkaApiError(
-                ErrorCode.CORRUPT_MESSAGE, f"{tp} at offset {position}: {exc}") from None
+            self._stop_at_corrupt_batch(tp, position, last, bad, str(exc))
+        else:
+            if last is None and end - start >= rb.LOG_OVERHEAD:
+                # Brokers send whole batches only, at least one (KIP-74): bytes without a
+                # whole batch are one whose length field lies.
+                declared = rb.LOG_OVERHEAD + int.from_bytes(
+                    data[start + rb.LENGTH_OFFSET:start + rb.LENGTH_OFFSET + 4], "big",
+                    signed=True)
+                self._stop_at_corrupt_batch(
+                    tp, position, None, None,
+                    f"the batch at offset {position} declares {declared} bytes, but the Fetch "
+                    f"answer holds only {end - start}: its length is corrupt")
         buffer = self._buffers.get(tp)
         if buffer is None:
             buffer = self._buffers[tp] = deque()
@@ -859,5 +906,23 @@ class Consumer:
         if last is not None:
             self._fetch_next[tp] = max(position, last.next_offset)
         if not buffer:
-            # Only control batches or records before the position: move past them.
+            # Only control batches or records before the position (or a corrupt batch at
+            # once): the position moves to where the next read starts.
             self._positions[tp] = self._fetch_next[tp]
+
+    def _stop_at_corrupt_batch(self, tp: TopicPartition, position: int,
+                               last: rb.BatchHeader | None, bad: rb.BatchHeader | None,
+                               cause: str) -> None:
+        """Hold ``tp`` at the first batch of a Fetch answer that does not decode (the good
+        ones before it are buffered by the caller): its position stops there and the
+        error waits in ``_corrupt`` for the poll that drains the buffer."""
+        offset = position if last is None else max(position, last.next_offset)
+        # The header's offsets lie outside the CRC: trust them only when they agree with
+        # where the batch must start.
+        skip_to = (bad.next_offset if bad is not None and bad.base_offset <= offset < bad.next_offset
+                   else None)
+        if last is None:
+            self._fetch_next[tp] = offset
+        self._corrupt[tp] = client_errors.CorruptRecordBatchError(tp, offset, skip_to, cause)
+        logger.warning("consumer partition=%s event=corrupt_batch offset=%d next_offset=%s "
+                       "error=%r", tp, offset, skip_to, cause)

@@ -7,7 +7,9 @@ A small tree under :class:`kraftlog.errors.KraftlogError` (after httpx's
     └── ClientError                  anything the client library raises on purpose
         ├── KafkaApiError            a broker answered an error code; ``.code`` is the ErrorCode
         │   ├── UnknownTopicError    UNKNOWN_TOPIC_OR_PARTITION that outlived the wait
-        │   └── OffsetOutOfRangeError OFFSET_OUT_OF_RANGE with auto.offset.reset=none
+        │   ├── OffsetOutOfRangeError OFFSET_OUT_OF_RANGE with auto.offset.reset=none
+        │   └── CorruptRecordBatchError a fetched batch does not decode (CORRUPT_MESSAGE); names
+        │                            the partition and offset the consumer stopped at
         ├── BrokersUnavailableError  no broker answered; ``.addresses`` names what was tried
         ├── ClientTimeoutError       a deadline passed (max.block.ms, delivery.timeout.ms, ...)
         └── ClientClosedError        the producer or consumer was used after close()
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
+from kraftlog.storage.topic_partition import TopicPartition
 
 RETRIABLE_CODES: frozenset[ErrorCode] = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -136,6 +139,30 @@ class OffsetOutOfRangeError(KafkaApiError):
     def __init__(self, message: str, *, offsets: Mapping[object, int]) -> None:
         super().__init__(ErrorCode.OFFSET_OUT_OF_RANGE, message)
         self.offsets = dict(offsets)
+
+
+class CorruptRecordBatchError(KafkaApiError):
+    """A fetched batch fails its CRC or does not decode (Kafka's consumer raises a
+    KafkaException wrapping CorruptRecordException, "please seek past the record").
+
+    ``topic_partition`` and ``offset`` name where the consumer stopped: every record
+    before ``offset`` was delivered, and its position stays there until the application
+    seeks. ``next_offset`` is the offset past the bad batch (``seek(tp, next_offset)``
+    skips it), None when the batch's header is too damaged to say. Polling again raises
+    again: the same bytes come back, so it is not retriable.
+    """
+
+    def __init__(self, topic_partition: TopicPartition, offset: int, next_offset: int | None,
+                 cause: str) -> None:
+        skip = (f"seek to offset {next_offset} to skip the batch" if next_offset is not None
+                else "seek past the batch to skip it")
+        super().__init__(ErrorCode.CORRUPT_MESSAGE,
+                         f"{topic_partition} at offset {offset}: {cause}; every record before "
+                         f"offset {offset} was delivered; {skip}")
+        self.topic_partition = topic_partition
+        self.offset = offset
+        self.next_offset = next_offset
+        self.retriable = False
 
 
 class BrokersUnavailableError(ClientError):

@@ -9,7 +9,10 @@ Owns the calls the Spark classes make through :mod:`kraftlog.client`:
   made concrete (earliest, latest, JSON, timestamps via ``offsets_for_times``);
 - :func:`read_range` — one task's records ``[from, until)`` from the leader, as
   Arrow batches; the broker serves only up to the high watermark, so every
-  record is committed;
+  record is committed. A batch that does not decode (a bad CRC, records that do not
+  parse: :class:`~kraftlog.client.CorruptRecordBatchError`) fails the task naming the
+  topic, partition and offset once the rows before it were handed over, or, with
+  ``failOnDataLoss=false``, is skipped with a warning (``kraftlog.pipeline`` logger);
 - :func:`write_batches` — one task's rows through one Producer (acks=all),
   flushed at the end; the first failed record fails the task with the broker's
   error name.
@@ -21,6 +24,7 @@ pickle). Edge module: gRPC through the client, the clock.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -46,6 +50,8 @@ from kraftlog.pipeline.options import (
 from kraftlog.pipeline.planning import OffsetRange
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2
+
+_log = logging.getLogger("kraftlog.pipeline")
 
 TOPIC_WAIT_MS = 5000
 """How long a named topic may take to appear in metadata before the read fails."""
@@ -183,7 +189,9 @@ def read_range(bootstrap_servers: tuple[str, ...], rng: OffsetRange, *,
     """Arrow batches of every record in ``rng``, in offset order.
 
     Stops at ``until_offset``; a range whose head was deleted by retention raises
-    DataLossError (or is read from the new log start, failOnDataLoss=false); no
+    DataLossError (or is read from the new log start, failOnDataLoss=false); a batch
+    that does not decode raises DataLossError naming the partition and offset after
+    the records before it (or is skipped with a warning, failOnDataLoss=false); no
     record for ``poll_timeout_ms`` raises ClientTimeoutError.
     """
     tp = TopicPartition(topic=rng.topic, partition=rng.partition)
@@ -205,6 +213,21 @@ def read_range(bootstrap_servers: tuple[str, ...], rng: OffsetRange, *,
                     return
                 consumer.seek(tp, log_start)
                 position = log_start
+                continue
+            except client.CorruptRecordBatchError as exc:
+                skip_to = exc.next_offset
+                if fail_on_data_loss or skip_to is None:
+                    hint = ("; set failOnDataLoss=false to skip the batch" if skip_to is not None
+                            else "")
+                    raise DataLossError(f"failOnDataLoss: a corrupt batch stops the read of "
+                                        f"{tp}: {exc}{hint}") from None
+                _log.warning("kraftlog source: skipping offsets %d..%d of %s "
+                             "(failOnDataLoss=false): %s", exc.offset, skip_to - 1, tp, exc)
+                if skip_to >= rng.until_offset:
+                    return
+                consumer.seek(tp, skip_to)
+                position = skip_to
+                idle_deadline = time.monotonic() + poll_timeout_ms / 1000
                 continue
             if records:
                 if records[-1].offset >= rng.until_offset:

@@ -26,7 +26,9 @@ at least once: a micro-batch Spark retries after a failure is produced again
 Streaming read: offsets are Spark's Kafka JSON (``{"topic":{"0":23}}``);
 ``maxOffsetsPerTrigger`` is the default read limit; new partitions are read
 from their log start; ``failOnDataLoss`` decides whether deleted offsets fail
-the query. The schema is Spark's Kafka source's (:data:`SCHEMA_DDL`).
+the query. A batch that does not decode fails the task after the rows before it,
+naming the topic, partition and offset (``failOnDataLoss=false``: skipped with a
+warning), in batch and streaming reads alike (:func:`client_io.read_range`). The schema is Spark's Kafka source's (:data:`SCHEMA_DDL`).
 
 Options: :mod:`kraftlog.pipeline.options`. Edge module: Spark.
 """

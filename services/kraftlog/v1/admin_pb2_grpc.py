@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from kraftlog.v1 import admin_pb2 as kraftlog_dot_v1_dot_admin__pb2
+from kraftlog.v1 import broker_pb2 as kraftlog_dot_v1_dot_broker__pb2
 from kraftlog.v1 import controller_pb2 as kraftlog_dot_v1_dot_controller__pb2
 from kraftlog.v1 import raft_pb2 as kraftlog_dot_v1_dot_raft__pb2
 
@@ -111,6 +112,11 @@ class AdminServiceStub:
                 '/kraftlog.v1.AdminService/QuorumHistory',
                 request_serializer=kraftlog_dot_v1_dot_admin__pb2.QuorumHistoryRequest.SerializeToString,
                 response_deserializer=kraftlog_dot_v1_dot_admin__pb2.QuorumHistoryResponse.FromString,
+                _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/kraftlog.v1.AdminService/DeleteRecords',
+                request_serializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
 
 
@@ -225,6 +231,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """Delete records below offsets (kafka-delete-records): sent to each
+        partition's leader; BrokerService's messages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -302,6 +316,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.QuorumHistory,
                     request_deserializer=kraftlog_dot_v1_dot_admin__pb2.QuorumHistoryRequest.FromString,
                     response_serializer=kraftlog_dot_v1_dot_admin__pb2.QuorumHistoryResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -710,6 +729,33 @@ class AdminService:
             '/kraftlog.v1.AdminService/QuorumHistory',
             kraftlog_dot_v1_dot_admin__pb2.QuorumHistoryRequest.SerializeToString,
             kraftlog_dot_v1_dot_admin__pb2.QuorumHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kraftlog.v1.AdminService/DeleteRecords',
+            kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
+            kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,6 +24,7 @@ naming what was tried.
 from collections import abc as _abc
 from grpc import aio as _aio
 from kraftlog.v1 import admin_pb2 as _admin_pb2
+from kraftlog.v1 import broker_pb2 as _broker_pb2
 from kraftlog.v1 import controller_pb2 as _controller_pb2
 from kraftlog.v1 import raft_pb2 as _raft_pb2
 import abc as _abc_1
@@ -87,6 +88,10 @@ class AdminServiceStub:
     """Log directories of many brokers (kafka-log-dirs --describe)."""
     QuorumHistory: _grpc.UnaryUnaryMultiCallable[_admin_pb2.QuorumHistoryRequest, _admin_pb2.QuorumHistoryResponse]
     """Leader changes of the metadata quorum over time (issue 7 §4)."""
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]
+    """Delete records below offsets (kafka-delete-records): sent to each
+    partition's leader; BrokerService's messages.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -127,6 +132,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Log directories of many brokers (kafka-log-dirs --describe)."""
     QuorumHistory: _aio.UnaryUnaryMultiCallable[_admin_pb2.QuorumHistoryRequest, _admin_pb2.QuorumHistoryResponse]  # type: ignore[assignment]
     """Leader changes of the metadata quorum over time (issue 7 §4)."""
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
+    """Delete records below offsets (kafka-delete-records): sent to each
+    partition's leader; BrokerService's messages.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """Stateless operator API over the whole cluster (controllers and brokers)."""
@@ -254,5 +263,15 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.QuorumHistoryResponse, _abc.Awaitable[_admin_pb2.QuorumHistoryResponse]]:
         """Leader changes of the metadata quorum over time (issue 7 §4)."""
+
+    @_abc_1.abstractmethod
+    def DeleteRecords(
+        self,
+        request: _broker_pb2.DeleteRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeleteRecordsResponse, _abc.Awaitable[_broker_pb2.DeleteRecordsResponse]]:
+        """Delete records below offsets (kafka-delete-records): sent to each
+        partition's leader; BrokerService's messages.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

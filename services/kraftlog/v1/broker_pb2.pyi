@@ -1852,3 +1852,189 @@ class FindCoordinatorResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsRequest(_message.Message):
+    """Kafka DeleteRecordsRequest v2. Sent to each partition's leader (the
+    AdminService's DeleteRecords splits a request by leader).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class DeleteRecordsPartition(_message.Message):
+        """One partition and the offset its records are deleted below."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PARTITION_INDEX_FIELD_NUMBER: _builtins.int
+        OFFSET_FIELD_NUMBER: _builtins.int
+        partition_index: _builtins.int
+        """The partition index."""
+        offset: _builtins.int
+        """The new log start offset: records before it are deleted; -1 means the
+        high watermark (every committed record).
+        """
+        def __init__(
+            self,
+            *,
+            partition_index: _builtins.int = ...,
+            offset: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "partition_index", b"partition_index"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class DeleteRecordsTopic(_message.Message):
+        """One topic's partitions."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NAME_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        name: _builtins.str
+        """The topic name."""
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsRequest.DeleteRecordsPartition]:
+            """Its partitions, each at most once."""
+
+        def __init__(
+            self,
+            *,
+            name: _builtins.str = ...,
+            partitions: _abc.Iterable[Global___DeleteRecordsRequest.DeleteRecordsPartition] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    timeout_ms: _builtins.int
+    """How long the leader waits for every replica's log start offset to reach
+    the new one before answering REQUEST_TIMED_OUT for that partition, in ms.
+    """
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsRequest.DeleteRecordsTopic]:
+        """The partitions to trim."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___DeleteRecordsRequest.DeleteRecordsTopic] | None = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsRequest: _TypeAlias = DeleteRecordsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteRecordsResponse(_message.Message):
+    """Kafka DeleteRecordsResponse v2, plus a whole-request error (the
+    AdminService's: the cluster could not be reached) and a leader hint.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class DeleteRecordsPartitionResult(_message.Message):
+        """One partition's outcome."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PARTITION_INDEX_FIELD_NUMBER: _builtins.int
+        LOW_WATERMARK_FIELD_NUMBER: _builtins.int
+        ERROR_FIELD_NUMBER: _builtins.int
+        CURRENT_LEADER_FIELD_NUMBER: _builtins.int
+        partition_index: _builtins.int
+        """The partition index."""
+        low_watermark: _builtins.int
+        """The partition's low watermark: the smallest log start offset among its
+        live replicas; -1 on error.
+        """
+        @_builtins.property
+        def error(self) -> _common_pb2.Error:
+            """NONE, OFFSET_OUT_OF_RANGE (past the high watermark, or below -1),
+            NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, POLICY_VIOLATION
+            (the topic's cleanup.policy has no delete), INVALID_TOPIC_EXCEPTION (an
+            internal topic), REQUEST_TIMED_OUT (the leader moved its log start
+            offset; a replica had not yet followed), KAFKA_STORAGE_ERROR,
+            INVALID_REQUEST (a partition given twice).
+            """
+
+        @_builtins.property
+        def current_leader(self) -> _common_pb2.LeaderHint:
+            """With NOT_LEADER_OR_FOLLOWER: the leader as this broker knows it."""
+
+        def __init__(
+            self,
+            *,
+            partition_index: _builtins.int = ...,
+            low_watermark: _builtins.int = ...,
+            error: _common_pb2.Error | None = ...,
+            current_leader: _common_pb2.LeaderHint | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["current_leader", b"current_leader", "error", b"error"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader", b"current_leader", "error", b"error", "low_watermark", b"low_watermark", "partition_index", b"partition_index"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class DeleteRecordsTopicResult(_message.Message):
+        """One topic's outcomes."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NAME_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        name: _builtins.str
+        """The topic name."""
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsResponse.DeleteRecordsPartitionResult]:
+            """Its partitions' outcomes."""
+
+        def __init__(
+            self,
+            *,
+            name: _builtins.str = ...,
+            partitions: _abc.Iterable[Global___DeleteRecordsResponse.DeleteRecordsPartitionResult] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteRecordsResponse.DeleteRecordsTopicResult]:
+        """Per topic, per partition outcomes."""
+
+    @_builtins.property
+    def error(self) -> _common_pb2.Error:
+        """NONE, or (AdminService only) a whole-request failure."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___DeleteRecordsResponse.DeleteRecordsTopicResult] | None = ...,
+        error: _common_pb2.Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteRecordsResponse: _TypeAlias = DeleteRecordsResponse  # noqa: Y015

@@ -91,6 +91,11 @@ class BrokerServiceStub:
                 request_serializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
                 response_deserializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/kraftlog.v1.BrokerService/DeleteRecords',
+                request_serializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServiceServicer:
@@ -178,6 +183,15 @@ class BrokerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """Move partitions' log start offsets forward, deleting the records below
+        them (kafka-delete-records); answered by each partition's leader once
+        every replica's log start offset reached the new one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -235,6 +249,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     servicer.FindCoordinator,
                     request_deserializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.FromString,
                     response_serializer=kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -536,6 +555,33 @@ class BrokerService:
             '/kraftlog.v1.BrokerService/FindCoordinator',
             kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorRequest.SerializeToString,
             kraftlog_dot_v1_dot_broker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kraftlog.v1.BrokerService/DeleteRecords',
+            kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsRequest.SerializeToString,
+            kraftlog_dot_v1_dot_broker__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

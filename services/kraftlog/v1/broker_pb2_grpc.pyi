@@ -77,6 +77,11 @@ class BrokerServiceStub:
     """The broker coordinating a group: the leader of the group's
     __consumer_offsets partition (created on first use).
     """
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]
+    """Move partitions' log start offsets forward, deleting the records below
+    them (kafka-delete-records); answered by each partition's leader once
+    every replica's log start offset reached the new one.
+    """
 
 @_typing.type_check_only
 class BrokerServiceAsyncStub(BrokerServiceStub):
@@ -112,6 +117,11 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     FindCoordinator: _aio.UnaryUnaryMultiCallable[_broker_pb2.FindCoordinatorRequest, _broker_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
     """The broker coordinating a group: the leader of the group's
     __consumer_offsets partition (created on first use).
+    """
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_broker_pb2.DeleteRecordsRequest, _broker_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
+    """Move partitions' log start offsets forward, deleting the records below
+    them (kafka-delete-records); answered by each partition's leader once
+    every replica's log start offset reached the new one.
     """
 
 class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -211,6 +221,17 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_broker_pb2.FindCoordinatorResponse, _abc.Awaitable[_broker_pb2.FindCoordinatorResponse]]:
         """The broker coordinating a group: the leader of the group's
         __consumer_offsets partition (created on first use).
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteRecords(
+        self,
+        request: _broker_pb2.DeleteRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_broker_pb2.DeleteRecordsResponse, _abc.Awaitable[_broker_pb2.DeleteRecordsResponse]]:
+        """Move partitions' log start offsets forward, deleting the records below
+        them (kafka-delete-records); answered by each partition's leader once
+        every replica's log start offset reached the new one.
         """
 
 def add_BrokerServiceServicer_to_server(servicer: BrokerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
