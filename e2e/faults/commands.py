@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from e2e.faults import checks, cluster, collect, driver, netns, schedule, selftest
+from e2e.faults import checks, cluster, collect, driver, netns, schedule, selftest, workload
 from e2e.faults import evidence as ev
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
@@ -97,8 +97,8 @@ def print_report(evidence: ev.Evidence, results: Sequence[checks.CheckResult]) -
 
 
 def run_seed(*, seed: int, seconds: float, kinds: tuple[schedule.FaultKind, ...],
-             producers: int, rate_per_s: float, base_dir: pathlib.Path | None,
-             keep: bool) -> SeedOutcome:
+             producers: int, rate_per_s: float, delivery_timeout_ms: int,
+             base_dir: pathlib.Path | None, keep: bool) -> SeedOutcome:
     """One seed, end to end, in namespaces of its own (see the module docstring)."""
     started = time.monotonic()
     plan = schedule.build_schedule(seed, seconds, partitions=driver.PARTITIONS, kinds=kinds)
@@ -120,7 +120,8 @@ def run_seed(*, seed: int, seconds: float, kinds: tuple[schedule.FaultKind, ...]
             sys.executable, "-m", "e2e.faults", "drive", "--run-dir", str(run_dir),
             "--run-id", run_id, "--seed", str(seed), "--seconds", str(seconds),
             "--faults", ",".join(k.value for k in kinds), "--producers", str(producers),
-            "--rate", str(rate_per_s)]), cwd=str(REPO_ROOT), env=env)
+            "--rate", str(rate_per_s), "--delivery-timeout-ms", str(delivery_timeout_ms)]),
+            cwd=str(REPO_ROOT), env=env)
         try:
             code = proc.wait(timeout=seconds + DRIVE_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -224,6 +225,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--producers", type=int, default=DEFAULT_PRODUCERS)
         p.add_argument("--rate", type=_positive, default=DEFAULT_RATE,
                        help="records per second over all producers")
+        p.add_argument("--delivery-timeout-ms", type=int,
+                       default=workload.DEFAULT_DELIVERY_TIMEOUT_MS,
+                       help="the producers' delivery.timeout.ms: a send not acknowledged "
+                            "within it is indeterminate (default "
+                            f"{workload.DEFAULT_DELIVERY_TIMEOUT_MS}, shorter than most "
+                            "faults, so retried and expired batches are exercised)")
 
     run = sub.add_parser("run", help="one seed")
     run.add_argument("--seed", type=int, required=True)
@@ -281,9 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_report(evidence, results)
         return 0 if all(r.ok for r in results) else 1
     if args.command == "drive":
-        return driver.drive(run_dir=args.run_dir, run_id=args.run_id, seed=args.seed,
-                            seconds=args.seconds, kinds=args.faults, producers=args.producers,
-                            rate_per_s=args.rate)
+        try:
+            return driver.drive(run_dir=args.run_dir, run_id=args.run_id, seed=args.seed,
+                                seconds=args.seconds, kinds=args.faults,
+                                producers=args.producers, rate_per_s=args.rate,
+                                delivery_timeout_ms=args.delivery_timeout_ms)
+        except KeyboardInterrupt:
+            return 130
     missing = netns.missing_prerequisites()
     if missing:
         print(f"python -m e2e.faults {args.command}: needs {', '.join(missing)}", file=sys.stderr)
@@ -296,13 +307,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.producers < 1:
         parser.error("--producers must be at least 1")
+    if args.delivery_timeout_ms < workload.REQUEST_TIMEOUT_MS + 5:
+        parser.error(f"--delivery-timeout-ms must be at least {workload.REQUEST_TIMEOUT_MS + 5} "
+                     "(request.timeout.ms + linger.ms)")
     try:
         schedule.build_schedule(0, args.seconds, partitions=driver.PARTITIONS, kinds=args.faults)
     except ValueError as exc:
         parser.error(str(exc))
+    try:
+        return _run_or_soak(args, parser)
+    except (KeyboardInterrupt, _Terminated) as exc:
+        print(f"python -m e2e.faults {args.command}: interrupted ({type(exc).__name__}); the "
+              "run's processes and namespaces were removed", file=sys.stderr)
+        return 130
+
+
+def _run_or_soak(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "run":
         outcome = run_seed(seed=args.seed, seconds=args.seconds, kinds=args.faults,
-                           producers=args.producers, rate_per_s=args.rate, base_dir=args.dir,
+                           producers=args.producers, rate_per_s=args.rate,
+                           delivery_timeout_ms=args.delivery_timeout_ms, base_dir=args.dir,
                            keep=args.keep)
         return outcome.status
     if args.seeds < 1:
@@ -311,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         outcomes.append(run_seed(seed=seed, seconds=args.seconds, kinds=args.faults,
                                  producers=args.producers, rate_per_s=args.rate,
+                                 delivery_timeout_ms=args.delivery_timeout_ms,
                                  base_dir=args.dir, keep=args.keep))
     print_soak_summary(outcomes)
     return max(o.status for o in outcomes)

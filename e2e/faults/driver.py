@@ -203,7 +203,8 @@ def _quorum_high_watermark(nodes: cluster.Nodes, timeout_s: float) -> int | None
 
 
 def drive(*, run_dir: pathlib.Path, run_id: str, seed: int, seconds: float,
-          kinds: tuple[schedule.FaultKind, ...], producers: int, rate_per_s: float) -> int:
+          kinds: tuple[schedule.FaultKind, ...], producers: int, rate_per_s: float,
+          delivery_timeout_ms: int = workload.DEFAULT_DELIVERY_TIMEOUT_MS) -> int:
     """Run the cluster and the plan; write ``run_dir/history.json``. 0 when the history was
     written (the checks decide the verdict), 2 when the cluster never came up."""
     network = netns.Network(run_id, cluster.hosts())
@@ -229,7 +230,8 @@ def drive(*, run_dir: pathlib.Path, run_id: str, seed: int, seconds: float,
             return time.monotonic() - t0
 
         load = workload.Workload(bootstrap=bootstrap, topic=TOPIC, partitions=PARTITIONS,
-                                 producers=producers, rate_per_s=rate_per_s, clock=clock)
+                                 producers=producers, rate_per_s=rate_per_s, clock=clock,
+                                 delivery_timeout_ms=delivery_timeout_ms)
         load.start()
         nemesis = Nemesis(nodes, network, seed=seed, clock=clock)
         try:

@@ -29,6 +29,13 @@ from collections.abc import Callable
 from e2e.faults import evidence as ev
 from kraftlog import client
 
+REQUEST_TIMEOUT_MS = 3000
+"""The producers' ``request.timeout.ms``: a Produce answer lost to a fault is retried after it."""
+DEFAULT_DELIVERY_TIMEOUT_MS = 4000
+"""The producers' ``delivery.timeout.ms``: shorter than the longer faults, so batches expire
+(indeterminate sends; a sequence gap the broker answers with OUT_OF_ORDER_SEQUENCE_NUMBER):
+the paths where an idempotent producer can write a batch twice. With 10 s no batch of
+the default schedule expires and those paths go untested."""
 SEND_QUEUE_LIMIT = 3000
 """A producer waits while this many of its records are unacknowledged (a dead cluster
 must not pile up an unbounded backlog)."""
@@ -36,7 +43,8 @@ must not pile up an unbounded backlog)."""
 
 class Workload:
     def __init__(self, *, bootstrap: tuple[str, ...], topic: str, partitions: int,
-                 producers: int, rate_per_s: float, clock: Callable[[], float]) -> None:
+                 producers: int, rate_per_s: float, clock: Callable[[], float],
+                 delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.partitions = partitions
@@ -55,7 +63,8 @@ class Workload:
         self._stop_reading = threading.Event()
         self._producers = [client.Producer(client.ProducerConfig(
             bootstrap_servers=bootstrap, acks=client.Acks.ALL, enable_idempotence=True,
-            linger_ms=5, request_timeout_ms=5000, delivery_timeout_ms=30000,
+            linger_ms=5, request_timeout_ms=REQUEST_TIMEOUT_MS,
+            delivery_timeout_ms=delivery_timeout_ms,
             max_block_ms=2000, retry_backoff_ms=100)) for _ in range(producers)]
         self._threads = [threading.Thread(target=self._produce, args=(i,), daemon=True,
                                           name=f"faults-producer-{i}")
