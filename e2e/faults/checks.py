@@ -108,17 +108,40 @@ def check_acknowledged(evidence: ev.Evidence) -> CheckResult:
                    violations)
 
 
+def _writers(evidence: ev.Evidence, places: Iterable[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """(partition, offset) -> ``producer P epoch E seq S`` of the batch holding it, read from
+    the lowest-numbered replica's files (to show how a duplicate was written)."""
+    wanted = set(places)
+    found: dict[tuple[int, int], str] = {}
+    replicas = sorted(evidence.replicas, key=lambda r: r.broker)
+    for partition in {p for p, _o in wanted}:
+        replica = next((r for r in replicas if r.partition == partition), None)
+        for batch in replica.batches if replica else ():
+            offsets = [(partition, o) for o in range(batch.base_offset, batch.last_offset + 1)
+                       if (partition, o) in wanted]
+            if not offsets:
+                continue
+            header = rb.BatchHeader(batch.data)
+            for place in offsets:
+                found[place] = (f"producer {header.producer_id} epoch {header.producer_epoch} "
+                                f"seq {header.base_sequence + place[1] - batch.base_offset}")
+    return found
+
+
 def check_no_duplicates(evidence: ev.Evidence) -> CheckResult:
     _at, where = _final_index(evidence.history)
     acked = {a.value: a for a in evidence.history.acks}
+    duplicated = {value: sorted(places) for value, places in where.items() if len(places) > 1}
+    writers = _writers(evidence, (p for places in duplicated.values() for p in places))
     violations = []
-    for value, places in sorted(where.items()):
-        if len(places) > 1:
-            ack = acked.get(value)
-            note = (f" (acknowledged at {ack.partition}@{ack.offset})" if ack
-                    else " (not acknowledged)")
-            violations.append(f"duplicate: {value} is in the log {len(places)} times at "
-                              f"{sorted(places)}{note}")
+    for value, places in sorted(duplicated.items()):
+        ack = acked.get(value)
+        note = (f"acknowledged at {ack.partition}@{ack.offset}" if ack
+                else "not acknowledged")
+        copies = ", ".join(f"{p}@{o}" + (f" ({writers[(p, o)]})" if (p, o) in writers else "")
+                           for p, o in places)
+        violations.append(f"duplicate: {value} is in the log {len(places)} times: {copies}; "
+                          f"{note}")
     return _result("no_duplicates", sum(len(p) for p in where.values()), "records in the log",
                    violations)
 

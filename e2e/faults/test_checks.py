@@ -16,6 +16,7 @@ import pytest
 
 from e2e.faults import checks, collect, commands, netns, schedule, selftest
 from e2e.faults import evidence as ev
+from kraftlog.storage import record_batch as rb
 
 
 @pytest.fixture(scope="module")
@@ -283,3 +284,23 @@ def test_schedule_command_prints_the_replayable_plan(capsys: pytest.CaptureFixtu
     plan = schedule.build_schedule(3, 40, partitions=3)
     assert "replay with --seed 3" in out
     assert all(spec.describe() in out for spec in plan)
+
+
+def test_a_batch_rewritten_under_a_new_producer_id_is_a_duplicate_naming_both_writers(
+        clean: ev.Evidence) -> None:
+    # The shape seed 201 found (issue 15's bug): a batch written under producer 1, its
+    # answer lost, then renumbered and written again under a new producer id.
+    first_offset, value = clean.history.final_read[0][0]
+    end = clean.history.final_read[0][-1][0] + 1
+    again = ev.Batch(base_offset=end, last_offset=end, epoch=1, data=rb.build_batch(
+        [rb.RecordInput(key=value.encode(), value=value.encode())], base_offset=end,
+        partition_leader_epoch=1, producer_id=9, producer_epoch=0, base_sequence=0))
+    replicas = tuple(dataclasses.replace(r, batches=(*r.batches, again), high_watermark=end + 1)
+                     if r.partition == 0 else r for r in clean.replicas)
+    damaged = selftest._with_final(dataclasses.replace(clean, replicas=replicas), 0,
+                                   [*clean.history.final_read[0], (end, value)])
+    failed = _failed(damaged)
+    assert set(failed) == {"no_duplicates"}
+    assert failed["no_duplicates"].violations == (
+        f"duplicate: {value} is in the log 2 times: 0@{first_offset} (producer 7 epoch 0 seq 0), "
+        f"0@{end} (producer 9 epoch 0 seq 0); acknowledged at 0@{first_offset}",)
