@@ -286,10 +286,18 @@ class Nodes:
         return view[0] if view is not None and view[0] in BROKERS else None
 
     def isr_whole(self, topic: str, partitions: int) -> bool:
-        views = self.partition_views(topic)
-        return len(views) == partitions and all(
-            leader in BROKERS and len(isr) == len(BROKERS)
-            for leader, _epoch, isr in views.values())
+        """Every broker answers, and each one's metadata shows every partition with a leader
+        and all replicas in its ISR (so a broker with a stale image cannot say so early)."""
+        for broker_id in BROKERS:
+            answer = self.metadata(broker_id, topic)
+            if answer is None or not answer.topics or \
+                    answer.topics[0].error.code != common_pb2.NONE:
+                return False
+            found = answer.topics[0].partitions
+            if len(found) != partitions or not all(
+                    p.leader_id in BROKERS and len(p.isr_nodes) == len(BROKERS) for p in found):
+                return False
+        return True
 
     def create_topic(self, topic: str, *, partitions: int, min_insync_replicas: int,
                      timeout_s: float = 60) -> None:
