@@ -109,10 +109,15 @@ def run_seed(*, seed: int, seconds: float, kinds: tuple[schedule.FaultKind, ...]
     _print(f"run {run_id}: files in {run_dir}")
     network = netns.Network(run_id, cluster.hosts())
     status = 2
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     proc: subprocess.Popen[bytes] | None = None
     try:
-        network.create()
+        network.create()  # removes what it made if it fails
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        _print(f"seed {seed}: ERROR: could not make the run's network: {exc}")
+        return SeedOutcome(seed=seed, status=2, results=(), evidence=None, run_dir=run_dir,
+                           wall_s=time.monotonic() - started)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
         env = {**os.environ,
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                            os.environ.get("PYTHONPATH")]))}
