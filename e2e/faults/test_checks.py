@@ -304,3 +304,11 @@ def test_a_batch_rewritten_under_a_new_producer_id_is_a_duplicate_naming_both_wr
     assert failed["no_duplicates"].violations == (
         f"duplicate: {value} is in the log 2 times: 0@{first_offset} (producer 7 epoch 0 seq 0), "
         f"0@{end} (producer 9 epoch 0 seq 0); acknowledged at 0@{first_offset}",)
+
+
+def test_missing_prerequisites_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(netns.shutil, "which", lambda tool: None if tool == "nft" else "/x")
+    missing = netns.missing_prerequisites()
+    assert missing == ["root (network namespaces and nftables need it)",
+                       "the 'nft' command (Debian package nftables)"]
