@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -307,8 +309,8 @@ def test_a_batch_rewritten_under_a_new_producer_id_is_a_duplicate_naming_both_wr
 
 
 def test_missing_prerequisites_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(netns.shutil, "which", lambda tool: None if tool == "nft" else "/x")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "nft" else "/x")
     missing = netns.missing_prerequisites()
     assert missing == ["root (network namespaces and nftables need it)",
                        "the 'nft' command (Debian package nftables)"]
