@@ -13,6 +13,12 @@ if ! command -v nats-server >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null) \
     || echo "==> could not install nats-server; tests/bench will skip its NATS run" >&2
 fi
+# e2e/faults runs its fault-injection seeds in network namespaces with nftables rules.
+if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "==> installing nftables (Debian package)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null) \
+    || echo "==> could not install nftables; e2e/faults will skip its fault-injection runs" >&2
+fi
 py="$root/.venv/bin/python"
 echo "==> ruff"
 "$py" -m ruff check services tests bench scripts
