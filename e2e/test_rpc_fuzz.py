@@ -59,7 +59,6 @@ from typing import Any
 import crc32c
 import grpc
 import pytest
-from dev_cluster import DevCluster
 from google.protobuf import descriptor as pb_descriptor
 from google.protobuf import message as pb_message
 from google.protobuf import message_factory
@@ -70,6 +69,7 @@ from kraftlog import client
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, controller_pb2, raft_pb2
+from tests.dev_cluster import DevCluster
 
 pytestmark = pytest.mark.slow
 

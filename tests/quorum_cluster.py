@@ -1,7 +1,7 @@
 """``kraftlog controller`` (and ``kraftlog broker``) processes on loopback, for multi-process tests.
 
-Imported as ``quorum_cluster`` (tests/conftest.py registers it; pytest runs with
-``--import-mode=importlib``). Every wait is bounded; callers kill every child in a
+Imported as ``tests.quorum_cluster`` (the repository root is on pytest's
+``pythonpath``). Every wait is bounded; callers kill every child in a
 ``finally`` (:meth:`Cluster.kill_all`).
 """
 

@@ -57,10 +57,10 @@ from typing import Any
 import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from quorum_cluster import free_ports, wait_for
 
 from kraftlog.admin import admin_client
 from kraftlog.raft import transport
+from tests.quorum_cluster import free_ports, wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "kraftlog"

@@ -19,10 +19,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, free_ports, wait_for
 
 from kraftlog.admin import admin_client as ac
 from kraftlog.error_codes import ErrorCode
+from tests.quorum_cluster import BROKERS, SESSION, Brokers, Cluster, free_ports, wait_for
 
 ADMIN_SERVICE = "kraftlog.v1.AdminService"
 

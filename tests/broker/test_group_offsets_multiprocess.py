@@ -24,14 +24,14 @@ import time
 
 import grpc
 import pytest
-import quorum_cluster
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
 
 from kraftlog import cli as kraftlog_cli
 from kraftlog import client
 from kraftlog.broker import group_offsets as go
 from kraftlog.error_codes import ErrorCode
 from kraftlog.v1 import broker_pb2, common_pb2
+from tests import quorum_cluster
+from tests.quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
 
 TOPIC = "events"
 GROUP = "billing"

@@ -14,12 +14,12 @@ import pathlib
 import time
 
 import grpc
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
 
 from kraftlog.storage import checkpoint
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
+from tests.quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
 
 TOPIC = "compacted"
 TP = TopicPartition(topic=TOPIC, partition=0)

@@ -20,7 +20,9 @@ import time
 
 import grpc
 import pytest
-from quorum_cluster import (
+
+from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import (
     CLUSTER_ID,
     SESSION,
     Brokers,
@@ -30,8 +32,6 @@ from quorum_cluster import (
     produce,
     wait_for,
 )
-
-from kraftlog.v1 import broker_pb2, common_pb2
 
 TOPIC = "filling"
 SMALL = 6

@@ -18,7 +18,8 @@ import pathlib
 import signal
 import time
 
-from quorum_cluster import (
+from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import (
     BROKERS,
     SESSION,
     TOPIC,
@@ -29,8 +30,6 @@ from quorum_cluster import (
     produce,
     wait_for,
 )
-
-from kraftlog.v1 import broker_pb2, common_pb2
 
 
 def test_brokers_replicate_and_survive_a_leader_kill(tmp_path: pathlib.Path) -> None:

@@ -14,7 +14,10 @@ import pathlib
 import signal
 import time
 
-from quorum_cluster import (
+from kraftlog.broker import producer_snapshot
+from kraftlog.storage import record_batch as rb
+from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import (
     BROKERS,
     SESSION,
     TOPIC,
@@ -24,10 +27,6 @@ from quorum_cluster import (
     partition_state,
     wait_for,
 )
-
-from kraftlog.broker import producer_snapshot
-from kraftlog.storage import record_batch as rb
-from kraftlog.v1 import broker_pb2, common_pb2
 
 
 def init_producer_id(brokers: Brokers, broker: int, **fields: object) -> broker_pb2.InitProducerIdResponse:

@@ -16,9 +16,7 @@ from typing import Any
 
 import crc32c
 import grpc
-import proto_fuzz
 import pytest
-from broker_harness import TOPIC_ID, TP, batch, open_partition
 
 from kraftlog.broker import fetcher_driver, server
 from kraftlog.broker import partition as partition_mod
@@ -32,6 +30,8 @@ from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import broker_pb2, common_pb2
+from tests import proto_fuzz
+from tests.broker.harness import TOPIC_ID, TP, batch, open_partition
 
 WAIT_S = 10.0
 

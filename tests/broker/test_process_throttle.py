@@ -28,10 +28,10 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from quorum_cluster import SESSION, Brokers, Cluster, wait_for
 
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
+from tests.quorum_cluster import SESSION, Brokers, Cluster, wait_for
 
 LEADER, FOLLOWER = 4, 5
 MIB = 1024 * 1024

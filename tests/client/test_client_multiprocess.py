@@ -31,12 +31,12 @@ import threading
 import time
 
 import pytest
-import quorum_cluster
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for, wait_for_full_isr
 
 from kraftlog import cli as kraftlog_cli
 from kraftlog import client
 from kraftlog.client import partitioner
+from tests import quorum_cluster
+from tests.quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for, wait_for_full_isr
 
 TOPIC = "orders"
 PARTITIONS = 3

@@ -20,11 +20,11 @@ from typing import Any
 
 import grpc
 import pytest
-import quorum_cluster
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for, wait_for_full_isr
 
 from kraftlog import cli as kraftlog_cli
 from kraftlog import client
+from tests import quorum_cluster
+from tests.quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for, wait_for_full_isr
 
 TOPIC = "pipelined"
 PARTITIONS = 2

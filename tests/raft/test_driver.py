@@ -14,8 +14,6 @@ from typing import Any
 
 import grpc
 import pytest
-from raft_harness import CLUSTER as SIM_CLUSTER  # type: ignore[import-not-found]
-from raft_harness import Node as SimNode
 
 from kraftlog.ids import Epoch
 from kraftlog.raft import consensus, driver, raft_log, transport
@@ -34,6 +32,8 @@ from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.raft.storage_log import StorageRaftLog
 from kraftlog.storage import record_batch
 from kraftlog.v1 import common_pb2, raft_pb2, raft_pb2_grpc
+from tests.raft.harness import CLUSTER as SIM_CLUSTER  # type: ignore[import-not-found]
+from tests.raft.harness import Node as SimNode
 
 CLUSTER = "driver-test-cluster"
 CONFIG = RaftConfig(election_timeout_ms=300, election_backoff_max_ms=300, fetch_timeout_ms=600,

@@ -15,13 +15,13 @@ import itertools
 import logging
 
 import pytest
-from raft_harness import CLUSTER, CONFIG, Node, elect, fetch, vote
 
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft import messages as m
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.error_codes import ErrorCode
+from tests.raft.harness import CLUSTER, CONFIG, Node, elect, fetch, vote
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,12 +15,12 @@ import os
 import time
 
 import pytest
-from raft_sim import FaultPlan, InvariantFailure, run_seed
 
 from kraftlog.errors import KraftlogError
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft.memory_log import MemoryRaftLog
+from tests.raft.sim import FaultPlan, InvariantFailure, run_seed
 
 DEFAULT_SEEDS = 2000
 SEEDS = int(os.environ.get("KRAFTLOG_SIM_SEEDS", DEFAULT_SEEDS))

@@ -16,12 +16,12 @@ import sys
 import time
 
 import pytest
-from quorum_cluster import free_ports
 
 from kraftlog.storage import leader_epoch, log_dir_lock
 from kraftlog.storage import log as storage_log
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
+from tests.quorum_cluster import free_ports
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 START_TIMEOUT_S = 30.0

@@ -19,12 +19,12 @@ import time
 import urllib.request
 
 import pytest
-from otlp_receiver import OtlpReceiver, ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, free_ports, wait_for
 
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import BROKERS, SESSION, Brokers, Cluster, free_ports, wait_for
+from tests.telemetry.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 TOPIC = "traced"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

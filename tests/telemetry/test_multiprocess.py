@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-from otlp_receiver import OtlpReceiver, ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_cluster import free_ports
 
 from kraftlog.raft import transport
 from kraftlog.v1 import raft_pb2
+from tests.quorum_cluster import free_ports
+from tests.telemetry.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.slow
 
