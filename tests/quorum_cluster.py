@@ -158,10 +158,12 @@ class Cluster:
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 3,
                      min_insync_replicas: int | None = None,
-                     assignments: list[list[int]] | None = None) -> bool | None:
+                     assignments: list[list[int]] | None = None,
+                     configs: Mapping[str, str] | None = None) -> bool | None:
         """CreateTopics through whichever live controller is active; True once created (or
         already there), None while no controller answers (for :func:`wait_for`).
-        ``assignments``: the replicas of each partition (the first is the leader)."""
+        ``assignments``: the replicas of each partition (the first is the leader);
+        ``configs``: topic configs (``cleanup.policy``, ...)."""
         topic = controller_pb2.CreateTopicsRequest.CreatableTopic(
             name=name, num_partitions=-1 if assignments else partitions,
             replication_factor=-1 if assignments else replication_factor)
@@ -169,6 +171,8 @@ class Cluster:
             topic.assignments.add(partition_index=index, broker_ids=replicas)
         if min_insync_replicas is not None:
             topic.configs.add(name="min.insync.replicas", value=str(min_insync_replicas))
+        for key, value in (configs or {}).items():
+            topic.configs.add(name=key, value=value)
         request = controller_pb2.CreateTopicsRequest(topics=[topic], timeout_ms=5000)
         for node in self.procs:
             try:
@@ -307,6 +311,10 @@ class Topic:
     partitions: int = 1
     replication_factor: int = 3
     min_insync_replicas: int | None = None
+    assignments: list[list[int]] | None = None
+    """The replicas of each partition, the first its leader (instead of ``partitions`` and
+    ``replication_factor``)."""
+    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,7 +340,7 @@ def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
     and brokers :data:`BROKERS` (``broker_config`` added to theirs, data under ``root``),
     every data dir formatted in this process; started, waited for until every broker serves,
     then ``topics`` created. Yields them running; an AssertionError inside gets every process's
-    log tail appended; every process is killed on the way out."""
+    log tail appended (any other failure prints them); every process is killed on the way out."""
     controllers = Cluster(root / "controllers", extra=SESSION, format_storage=format_in_process)
     brokers = Brokers(root, controllers, broker_config, format_storage=format_in_process)
     running = RunningCluster(controllers=controllers, brokers=brokers)
@@ -347,11 +355,17 @@ def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
             for topic in topics:
                 wait_for(lambda t=topic: controllers.create_topic(
                     t.name, partitions=t.partitions, replication_factor=t.replication_factor,
-                    min_insync_replicas=t.min_insync_replicas),
+                    min_insync_replicas=t.min_insync_replicas, assignments=t.assignments,
+                    configs=t.configs),
                     timeout_s=topic_timeout_s, what=f"topic {topic.name} created")
             yield running
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{running.logs()}") from None
+        except GeneratorExit:
+            raise
+        except BaseException:
+            print(running.logs())  # pytest shows it with the failure (pytest.fail, RpcError, ...)
+            raise
     finally:
         brokers.kill_all()
         controllers.kill_all()
