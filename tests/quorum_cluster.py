@@ -258,13 +258,15 @@ class Brokers:
                      f"broker.heartbeat.interval.ms={SESSION['broker.heartbeat.interval.ms']}",
                      f"broker.session.timeout.ms={SESSION['broker.session.timeout.ms']}"]
             lines += [f"{k}={v}" for k, v in (extra or {}).items()]
-            (root / f"broker-{broker}.properties").write_text("\n".join(lines) + "\n")
+            self.config(broker).write_text("\n".join(lines) + "\n")
+
+    def config(self, broker: int) -> pathlib.Path:
+        return self.root / f"broker-{broker}.properties"
 
     def start(self, broker: int) -> None:
         log = (self.root / f"broker-{broker}.log").open("ab")
         self.procs[broker] = subprocess.Popen(
-            [sys.executable, "-m", "kraftlog", "broker", "--config",
-             str(self.root / f"broker-{broker}.properties")],
+            [sys.executable, "-m", "kraftlog", "broker", "--config", str(self.config(broker))],
             stdout=log, stderr=log, start_new_session=True)
         log.close()
 
@@ -334,16 +336,23 @@ class RunningCluster:
 @contextlib.contextmanager
 def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
                     broker_config: Mapping[str, object] | None = None,
+                    node_config: Callable[[int], Mapping[str, object]] | None = None,
                     serving_timeout_s: float = 20, topic_timeout_s: float = 10,
                     ) -> Iterator[RunningCluster]:
     """Controllers :data:`NODES` (:data:`SESSION` timeouts, data under ``root/controllers``)
     and brokers :data:`BROKERS` (``broker_config`` added to theirs, data under ``root``),
-    every data dir formatted in this process; started, waited for until every broker serves,
+    ``node_config(node id)`` added to each one's configs, every data dir formatted in this
+    process; started, waited for until every broker serves,
     then ``topics`` created. Yields them running; an AssertionError inside gets every process's
     log tail appended (any other failure prints them); every process is killed on the way out."""
     controllers = Cluster(root / "controllers", extra=SESSION, format_storage=format_in_process)
     brokers = Brokers(root, controllers, broker_config, format_storage=format_in_process)
     running = RunningCluster(controllers=controllers, brokers=brokers)
+    if node_config is not None:
+        for path, node in [*((controllers.config(n), n) for n in NODES),
+                           *((brokers.config(b), b) for b in BROKERS)]:
+            with path.open("a") as config:
+                config.writelines(f"{k}={v}\n" for k, v in node_config(node).items())
     try:
         for node in controllers.ports:
             controllers.start(node)
