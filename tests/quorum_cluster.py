@@ -337,12 +337,13 @@ class RunningCluster:
 def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
                     broker_config: Mapping[str, object] | None = None,
                     node_config: Callable[[int], Mapping[str, object]] | None = None,
+                    broker_ids: Sequence[int] = BROKERS,
                     serving_timeout_s: float = 20, topic_timeout_s: float = 10,
                     ) -> Iterator[RunningCluster]:
     """Controllers :data:`NODES` (:data:`SESSION` timeouts, data under ``root/controllers``)
     and brokers :data:`BROKERS` (``broker_config`` added to theirs, data under ``root``),
     ``node_config(node id)`` added to each one's configs, every data dir formatted in this
-    process; started, waited for until every broker serves,
+    process; started (only ``broker_ids`` of the brokers), waited for until they serve,
     then ``topics`` created. Yields them running; an AssertionError inside gets every process's
     log tail appended (any other failure prints them); every process is killed on the way out."""
     controllers = Cluster(root / "controllers", extra=SESSION, format_storage=format_in_process)
@@ -356,11 +357,11 @@ def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
     try:
         for node in controllers.ports:
             controllers.start(node)
-        for broker in BROKERS:
+        for broker in broker_ids:
             brokers.start(broker)
         try:
-            wait_for(brokers.all_serving, timeout_s=serving_timeout_s,
-                     what="brokers registered and unfenced")
+            wait_for(lambda: brokers.all_serving(broker_ids), timeout_s=serving_timeout_s,
+                     what=f"brokers {', '.join(map(str, broker_ids))} registered and unfenced")
             for topic in topics:
                 wait_for(lambda t=topic: controllers.create_topic(
                     t.name, partitions=t.partitions, replication_factor=t.replication_factor,
