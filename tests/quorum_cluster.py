@@ -338,12 +338,13 @@ def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
                     broker_config: Mapping[str, object] | None = None,
                     node_config: Callable[[int], Mapping[str, object]] | None = None,
                     broker_ids: Sequence[int] = BROKERS,
+                    prepare: Callable[[RunningCluster], None] | None = None,
                     serving_timeout_s: float = 20, topic_timeout_s: float = 10,
                     ) -> Iterator[RunningCluster]:
     """Controllers :data:`NODES` (:data:`SESSION` timeouts, data under ``root/controllers``)
     and brokers :data:`BROKERS` (``broker_config`` added to theirs, data under ``root``),
     ``node_config(node id)`` added to each one's configs, every data dir formatted in this
-    process; started (only ``broker_ids`` of the brokers), waited for until they serve,
+    process, then ``prepare`` called (to reformat or rewrite what a test needs); started (only ``broker_ids`` of the brokers), waited for until they serve,
     then ``topics`` created. Yields them running; an AssertionError inside gets every process's
     log tail appended (any other failure prints them); every process is killed on the way out."""
     controllers = Cluster(root / "controllers", extra=SESSION, format_storage=format_in_process)
@@ -355,6 +356,8 @@ def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
             with path.open("a") as config:
                 config.writelines(f"{k}={v}\n" for k, v in node_config(node).items())
     try:
+        if prepare is not None:
+            prepare(running)
         for node in controllers.ports:
             controllers.start(node)
         for broker in broker_ids:
