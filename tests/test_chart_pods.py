@@ -1,4 +1,4 @@
-"""The chart's pods run as local processes: a StatefulSet simulation (issue 9 §5).
+"""The chart's pods run as local processes: a StatefulSet simulation.
 
 Kubernetes cannot run here, so this test plays the kubelet for the rendered chart:
 for every pod of the controller and broker StatefulSets and the admin Deployment it

@@ -527,8 +527,8 @@ def test_the_publisher_takes_num_replica_fetchers_from_dynamic_configs() -> None
 
 def test_a_poisoned_produce_is_refused_with_record_errors_and_the_partition_stays_readable(
         tmp_path: pathlib.Path) -> None:
-    """The issue's offsets 669/670: CRC-valid garbage records, and an lz4 flag over bytes that
-    are not lz4. Both are refused with nothing appended; consumers read on past them."""
+    """A batch of CRC-valid garbage records, and one with an lz4 flag over bytes that are
+    not lz4. Both are refused with nothing appended; consumers read on past them."""
     broker = Broker(tmp_path, isr=(1,), min_isr=1)
     good = batch(b"a", b"b")
     garbage = bytearray(good)

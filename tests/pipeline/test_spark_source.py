@@ -303,7 +303,7 @@ def _batch(base_offset: int, count: int) -> bytes:
 
 
 def _garbage(base_offset: int, count: int) -> bytes:
-    """A CRC-valid batch whose records section is not records (issue 17's offset 669)."""
+    """A CRC-valid batch whose records section is not records."""
     batch = bytearray(_batch(base_offset, count))
     size = len(batch) - rb.RECORDS_OFFSET
     batch[rb.RECORDS_OFFSET:] = (b"\xff\x13garbage" * size)[:size]

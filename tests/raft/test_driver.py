@@ -519,8 +519,8 @@ def rb_batch(*values: bytes) -> bytes:
 
 def test_forged_votes_over_grpc_neither_crash_nor_unseat_the_leader(
         tmp_path: pathlib.Path) -> None:
-    """Issue 17's raw-gRPC findings on a live three-node quorum: a Vote naming the receiver
-    as candidate ended the process (InvariantViolation); the same Vote in a real voter's
+    """Raw gRPC calls that once did harm, on a live three-node quorum: a Vote naming the
+    receiver as candidate ended the process (InvariantViolation); the same Vote in a real voter's
     name made the leader resign; undecodable bytes were answered UNKNOWN with a traceback."""
     async def scenario(root: pathlib.Path) -> None:
         nodes = await start_cluster(root)

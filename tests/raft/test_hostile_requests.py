@@ -1,6 +1,6 @@
 """The raft core refuses requests that no correct peer sends, and leaves its state as it was.
 
-Found by raw gRPC calls against a dev cluster (issue 17): a Vote naming the receiver as
+Found by raw gRPC calls against a dev cluster: a Vote naming the receiver as
 candidate crashed it with an InvariantViolation; a Vote in a real voter's name made the
 active controller step down. Every test here drives :class:`RaftClient` by hand (no
 simulator) and checks the answer's error code and that the role, the epoch and the

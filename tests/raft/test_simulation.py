@@ -1,6 +1,6 @@
 """Seeded cluster simulation of the raft core: safety after every event, liveness after healing.
 
-CI mode runs ``KRAFTLOG_SIM_SEEDS`` seeds (default 2,000, as issue 3 asks: ~2 minutes on the shared
+CI mode runs ``KRAFTLOG_SIM_SEEDS`` seeds (default 2,000: ~2 minutes on the shared
 2-core box); set it higher for a soak. A failure prints a one-line replay command:
 
     KRAFTLOG_SIM_SEED=N .venv/bin/python -m pytest tests/raft/test_simulation.py -k replay

@@ -1,7 +1,7 @@
 """Three ``kraftlog controller`` processes export their spans to a real OTLP receiver in this
 process: the startup election and the election after a kill -9 of the leader are each one
-``raft.election`` trace whose spans come from more than one process, carrying the attributes
-issue 7 asks for; every metrics endpoint scrapes and parses. Bounded: every wait has a
+``raft.election`` trace whose spans come from more than one process, carrying the election's
+attributes; every metrics endpoint scrapes and parses. Bounded: every wait has a
 deadline and every child is killed in a ``finally``.
 """
 
