@@ -1,4 +1,4 @@
-"""The broker data plane against NATS JetStream, in one run (issue 5 §8).
+"""The broker data plane against NATS JetStream, in one run.
 
 Starts a ``kraftlog dev`` cluster on loopback (3 controllers, 3 brokers, no admin
 service; tests/dev_cluster.py) with one topic (``--partitions`` partitions,

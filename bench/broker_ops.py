@@ -38,7 +38,7 @@ from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.v1 import broker_pb2
 
-# tests/broker/harness.py by path, as its conftest does (bench/broker.py shadows "broker").
+# tests/broker/harness.py by path (bench/broker.py shadows "broker").
 _SPEC = importlib.util.spec_from_file_location(
     "broker_harness", pathlib.Path(__file__).resolve().parent.parent / "tests" / "broker" / "harness.py")
 assert _SPEC is not None and _SPEC.loader is not None

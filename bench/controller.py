@@ -1,4 +1,4 @@
-"""The controller quorum against etcd, in one run (issue 4 §8).
+"""The controller quorum against etcd, in one run.
 
 Three ``kraftlog controller`` processes (the real QuorumController over raft, fsync on)
 and three etcd members, on loopback, same cores. Printed as ratios:
@@ -7,7 +7,7 @@ and three etcd members, on loopback, same cores. Printed as ratios:
   single-topic request through the ControllerService, vs etcd puts/s at 256 in flight;
   target >= 1.0x;
 - kill -9 the active controller -> first CreateTopics committed by the new one, median over
-  K kills, with ``--partitions`` partitions created first (100,000 for the issue's case;
+  K kills, with ``--partitions`` partitions created first (100,000 for the target's case;
   the default is smaller to keep the run short); target <= etcd's median + 0.5 s.
 
 Also measured, same client and load: an *empty* ControllerService in a child process that
@@ -332,7 +332,7 @@ async def measure_controller(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="controller quorum vs etcd (issue 4 §8)")
+    parser = argparse.ArgumentParser(description="controller quorum vs etcd")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--partitions", type=int, default=10_000)

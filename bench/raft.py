@@ -5,7 +5,7 @@ quorum-state file, asyncio driver and gRPC RaftService; records proposed inside 
 leader's process, as Kafka's TestRaftServer does) and then three etcd members
 (bench/anchors/etcd.py, Debian's etcd-server, defaults), all on loopback, same 2 cores.
 
-Printed as ratios against etcd (issue 3 §5 targets):
+Printed as ratios against etcd, with their targets:
 
 - throughput: committed records/s with W records in flight (proposed C at a time, so the
   leader batches them into one append and one fsync) vs etcd puts/s at 256 in flight;
@@ -167,7 +167,7 @@ async def measure_raft(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="raft layer vs etcd (issue 3 §5)")
+    parser = argparse.ArgumentParser(description="raft layer vs etcd")
     parser.add_argument("--quick", action="store_true", help="fewer samples (~1 min)")
     parser.add_argument("--seq", type=int, default=2000, help="sequential commits")
     parser.add_argument("--seconds", type=float, default=10, help="throughput run length")

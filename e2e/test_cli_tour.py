@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from dev_cluster import DevCluster
+
+from tests.dev_cluster import DevCluster
 
 
 @pytest.fixture(scope="module")

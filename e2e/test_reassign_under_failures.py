@@ -19,10 +19,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from dev_cluster import DevCluster
 
 from kraftlog import client
 from kraftlog.storage.topic_partition import TopicPartition
+from tests.dev_cluster import DevCluster
 
 TOPIC = "e2e"
 PARTITIONS = 6

@@ -28,14 +28,14 @@ Invariants, checked on every call and at the end:
   unfenced, a new topic takes records and gives them back;
 - every record acknowledged before the fuzzing is still at its offset, byte for byte.
 
-What the fuzzer leaves out, on purpose: without authentication (issue 20) anyone may
+What the fuzzer leaves out, on purpose: without authentication (not built yet) anyone may
 do what an operator may, so it never names the ``keep`` topic or its id, never
 unregisters a live broker, never alters configs of the live brokers or the cluster
 default (``log.retention.ms=1`` there would delete ``keep`` legitimately), and keeps
 raft epochs it sends with a real voter's id below the live epoch + 1,000 (a voter's
 message with epoch 2^31-1 is indistinguishable from the voter's own and would exhaust
 the epoch space, in Kafka as here). Partition counts stay small (a legitimate request
-for 100,000 partitions is issue 16's load, not input validation).
+for 100,000 partitions is a load test's business, not input validation's).
 
 A soak: ``KRAFTLOG_FUZZ_SECONDS=1800 .venv/bin/python -m pytest e2e/test_rpc_fuzz.py``.
 The calls per RPC and what was seen are printed (``-s``) and written to
@@ -59,7 +59,6 @@ from typing import Any
 import crc32c
 import grpc
 import pytest
-from dev_cluster import DevCluster
 from google.protobuf import descriptor as pb_descriptor
 from google.protobuf import message as pb_message
 from google.protobuf import message_factory
@@ -70,6 +69,7 @@ from kraftlog import client
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, controller_pb2, raft_pb2
+from tests.dev_cluster import DevCluster
 
 pytestmark = pytest.mark.slow
 

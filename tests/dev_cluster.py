@@ -1,6 +1,6 @@
 """A ``kraftlog dev`` cluster driven through the CLI, for multi-process and e2e tests.
 
-Imported as ``dev_cluster`` (tests/conftest.py and e2e/conftest.py register it).
+Imported as ``tests.dev_cluster`` (the repository root is on pytest's ``pythonpath``).
 Every command has a timeout; :meth:`DevCluster.destroy` stops (then SIGKILLs) every
 process it started, so callers call it in a ``finally``.
 """

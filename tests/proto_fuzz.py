@@ -1,6 +1,6 @@
 """Hostile protobuf requests for handler tests: every field set to edge values, at random.
 
-Imported as ``proto_fuzz`` (tests/conftest.py registers it). :func:`hostile` fills a
+Imported as ``tests.proto_fuzz``. :func:`hostile` fills a
 message of any type from its descriptor: integers at their limits and around zero,
 empty / huge / odd strings, unknown enum numbers, empty and oversize repeated fields,
 nested messages to a bounded depth. :class:`FakeContext` stands in for a grpc.aio

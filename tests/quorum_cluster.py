@@ -1,25 +1,29 @@
 """``kraftlog controller`` (and ``kraftlog broker``) processes on loopback, for multi-process tests.
 
-Imported as ``quorum_cluster`` (tests/conftest.py registers it; pytest runs with
-``--import-mode=importlib``). Every wait is bounded; callers kill every child in a
-``finally`` (:meth:`Cluster.kill_all`).
+Imported as ``tests.quorum_cluster`` (the repository root is on pytest's
+``pythonpath``). Every wait is bounded; callers kill every child in a
+``finally`` (:meth:`Cluster.kill_all`), or let :func:`running_cluster` start and kill the
+usual 3 controllers + 3 brokers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import pathlib
 import random
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from kraftlog import cli as kraftlog_cli
 from kraftlog.raft import transport
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import (
@@ -48,6 +52,17 @@ FAILOVER_BOUND_S = 5.0
 def kraftlog(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kraftlog", *args], capture_output=True,
                           text=True, timeout=timeout_s, check=False)
+
+
+def format_in_process(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    """``kraftlog storage format`` in this interpreter: :func:`kraftlog`'s answer without a new
+    process start per node (``timeout_s`` is unused; formatting does not block)."""
+    assert args[:2] == ("storage", "format"), args
+    code = kraftlog_cli.main(list(args))
+    return subprocess.CompletedProcess(["kraftlog", *args], code, "", "")
+
+
+FormatStorage = Callable[..., subprocess.CompletedProcess[str]]
 
 
 # Listeners get ports below the kernel's ephemeral range (32768-60999 here), so no outgoing
@@ -79,14 +94,17 @@ def free_ports(count: int) -> list[int]:
 
 
 class Cluster:
-    def __init__(self, root: pathlib.Path, extra: Mapping[str, object] | None = None) -> None:
+    def __init__(self, root: pathlib.Path, extra: Mapping[str, object] | None = None, *,
+                 format_storage: FormatStorage | None = None) -> None:
+        """``format_storage``: how each data dir is formatted (default: :func:`kraftlog`, a
+        ``kraftlog storage format`` process)."""
         self.root = root
         self.ports = dict(zip(NODES, free_ports(len(NODES)), strict=True))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in self.ports.items())
         for i in NODES:
             data = self.data_dir(i)
-            done = kraftlog("storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(i),
+            done = (format_storage or kraftlog)("storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(i),
                             "--data-dir", str(data))
             assert done.returncode == 0, done.stderr
             lines = [f"node.id={i}", "process.roles=controller",
@@ -140,10 +158,12 @@ class Cluster:
 
     def create_topic(self, name: str, *, partitions: int = 1, replication_factor: int = 3,
                      min_insync_replicas: int | None = None,
-                     assignments: list[list[int]] | None = None) -> bool | None:
+                     assignments: list[list[int]] | None = None,
+                     configs: Mapping[str, str] | None = None) -> bool | None:
         """CreateTopics through whichever live controller is active; True once created (or
         already there), None while no controller answers (for :func:`wait_for`).
-        ``assignments``: the replicas of each partition (the first is the leader)."""
+        ``assignments``: the replicas of each partition (the first is the leader);
+        ``configs``: topic configs (``cleanup.policy``, ...)."""
         topic = controller_pb2.CreateTopicsRequest.CreatableTopic(
             name=name, num_partitions=-1 if assignments else partitions,
             replication_factor=-1 if assignments else replication_factor)
@@ -151,6 +171,8 @@ class Cluster:
             topic.assignments.add(partition_index=index, broker_ids=replicas)
         if min_insync_replicas is not None:
             topic.configs.add(name="min.insync.replicas", value=str(min_insync_replicas))
+        for key, value in (configs or {}).items():
+            topic.configs.add(name=key, value=value)
         request = controller_pb2.CreateTopicsRequest(topics=[topic], timeout_ms=5000)
         for node in self.procs:
             try:
@@ -210,14 +232,18 @@ SESSION = {"broker.session.timeout.ms": 1500, "broker.heartbeat.interval.ms": 20
 
 
 class Brokers:
-    def __init__(self, root: pathlib.Path, cluster: Cluster) -> None:
+    def __init__(self, root: pathlib.Path, cluster: Cluster,
+                 extra: Mapping[str, object] | None = None, *,
+                 format_storage: FormatStorage | None = None) -> None:
+        """``extra``: configs written after the defaults (so they win); ``format_storage`` as
+        for :class:`Cluster`."""
         self.root = root
         self.ports = dict(zip(BROKERS, free_ports(len(BROKERS)), strict=True))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         voters = ",".join(f"{i}@127.0.0.1:{p}" for i, p in cluster.ports.items())
         for broker in BROKERS:
             data = root / f"broker-{broker}"
-            done = kraftlog("storage", "format", "--cluster-id", CLUSTER_ID, "--node-id",
+            done = (format_storage or kraftlog)("storage", "format", "--cluster-id", CLUSTER_ID, "--node-id",
                             str(broker), "--data-dir", str(data))
             assert done.returncode == 0, done.stderr
             lines = [f"node.id={broker}", "process.roles=broker",
@@ -231,13 +257,16 @@ class Brokers:
                      "controller.quorum.retry.backoff.ms=50",
                      f"broker.heartbeat.interval.ms={SESSION['broker.heartbeat.interval.ms']}",
                      f"broker.session.timeout.ms={SESSION['broker.session.timeout.ms']}"]
-            (root / f"broker-{broker}.properties").write_text("\n".join(lines) + "\n")
+            lines += [f"{k}={v}" for k, v in (extra or {}).items()]
+            self.config(broker).write_text("\n".join(lines) + "\n")
+
+    def config(self, broker: int) -> pathlib.Path:
+        return self.root / f"broker-{broker}.properties"
 
     def start(self, broker: int) -> None:
         log = (self.root / f"broker-{broker}.log").open("ab")
         self.procs[broker] = subprocess.Popen(
-            [sys.executable, "-m", "kraftlog", "broker", "--config",
-             str(self.root / f"broker-{broker}.properties")],
+            [sys.executable, "-m", "kraftlog", "broker", "--config", str(self.config(broker))],
             stdout=log, stderr=log, start_new_session=True)
         log.close()
 
@@ -267,6 +296,92 @@ class Brokers:
     def logs(self) -> str:
         return "\n".join(f"--- broker {b}\n" + (self.root / f"broker-{b}.log").read_text()[-4000:]
                          for b in BROKERS if (self.root / f"broker-{b}.log").exists())
+
+    def all_serving(self, brokers: Sequence[int] = BROKERS) -> bool | None:
+        """True once every one of ``brokers`` serves BrokerService (registered and unfenced),
+        None before (for :func:`wait_for`)."""
+        return True if all(self.serving(b) for b in brokers) else None
+
+
+# -- a running cluster, as most multi-process tests start one -----------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Topic:
+    """A topic :func:`running_cluster` creates (through :meth:`Cluster.create_topic`)."""
+
+    name: str
+    partitions: int = 1
+    replication_factor: int = 3
+    min_insync_replicas: int | None = None
+    assignments: list[list[int]] | None = None
+    """The replicas of each partition, the first its leader (instead of ``partitions`` and
+    ``replication_factor``)."""
+    configs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RunningCluster:
+    controllers: Cluster
+    brokers: Brokers
+
+    @property
+    def bootstrap(self) -> tuple[str, ...]:
+        """Every broker's address, in :data:`BROKERS` order."""
+        return tuple(f"127.0.0.1:{self.brokers.ports[b]}" for b in BROKERS)
+
+    def logs(self) -> str:
+        return self.controllers.logs() + "\n" + self.brokers.logs()
+
+
+@contextlib.contextmanager
+def running_cluster(root: pathlib.Path, *, topics: Sequence[Topic] = (),
+                    broker_config: Mapping[str, object] | None = None,
+                    node_config: Callable[[int], Mapping[str, object]] | None = None,
+                    broker_ids: Sequence[int] = BROKERS,
+                    prepare: Callable[[RunningCluster], None] | None = None,
+                    serving_timeout_s: float = 20, topic_timeout_s: float = 10,
+                    ) -> Iterator[RunningCluster]:
+    """Controllers :data:`NODES` (:data:`SESSION` timeouts, data under ``root/controllers``)
+    and brokers :data:`BROKERS` (``broker_config`` added to theirs, data under ``root``),
+    ``node_config(node id)`` added to each one's configs, every data dir formatted in this
+    process, then ``prepare`` called (to reformat or rewrite what a test needs); started (only ``broker_ids`` of the brokers), waited for until they serve,
+    then ``topics`` created. Yields them running; an AssertionError inside gets every process's
+    log tail appended (any other failure prints them); every process is killed on the way out."""
+    controllers = Cluster(root / "controllers", extra=SESSION, format_storage=format_in_process)
+    brokers = Brokers(root, controllers, broker_config, format_storage=format_in_process)
+    running = RunningCluster(controllers=controllers, brokers=brokers)
+    if node_config is not None:
+        for path, node in [*((controllers.config(n), n) for n in NODES),
+                           *((brokers.config(b), b) for b in BROKERS)]:
+            with path.open("a") as config:
+                config.writelines(f"{k}={v}\n" for k, v in node_config(node).items())
+    try:
+        if prepare is not None:
+            prepare(running)
+        for node in controllers.ports:
+            controllers.start(node)
+        for broker in broker_ids:
+            brokers.start(broker)
+        try:
+            wait_for(lambda: brokers.all_serving(broker_ids), timeout_s=serving_timeout_s,
+                     what=f"brokers {', '.join(map(str, broker_ids))} registered and unfenced")
+            for topic in topics:
+                wait_for(lambda t=topic: controllers.create_topic(
+                    t.name, partitions=t.partitions, replication_factor=t.replication_factor,
+                    min_insync_replicas=t.min_insync_replicas, assignments=t.assignments,
+                    configs=t.configs),
+                    timeout_s=topic_timeout_s, what=f"topic {topic.name} created")
+            yield running
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{running.logs()}") from None
+        except GeneratorExit:
+            raise
+        except BaseException:
+            print(running.logs())  # pytest shows it with the failure (pytest.fail, RpcError, ...)
+            raise
+    finally:
+        brokers.kill_all()
+        controllers.kill_all()
 
 
 # -- the data path, as a test drives it ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The chart's pods run as local processes: a StatefulSet simulation (issue 9 §5).
+"""The chart's pods run as local processes: a StatefulSet simulation.
 
 Kubernetes cannot run here, so this test plays the kubelet for the rendered chart:
 for every pod of the controller and broker StatefulSets and the admin Deployment it
@@ -57,10 +57,10 @@ from typing import Any
 import grpc
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from quorum_cluster import free_ports, wait_for
 
 from kraftlog.admin import admin_client
 from kraftlog.raft import transport
+from tests.quorum_cluster import free_ports, wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "kraftlog"

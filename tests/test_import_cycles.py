@@ -1,4 +1,4 @@
-"""Importing kraftlog from several threads at once cannot deadlock (issue 15).
+"""Importing kraftlog from several threads at once cannot deadlock.
 
 CPython takes a module's import lock before its parent package's (3.11 does;
 gh-83065): a thread importing ``pkg.sub`` holds ``pkg.sub``'s lock while it waits for

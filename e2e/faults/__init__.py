@@ -1,4 +1,4 @@
-"""kraftlog's own Jepsen-style fault-injection suite (issue 15).
+"""kraftlog's own Jepsen-style fault-injection suite.
 
 Three controllers and three brokers, each a ``kraftlog controller|broker`` process in a
 network namespace of its own on a private bridge; a client namespace running idempotent

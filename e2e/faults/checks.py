@@ -7,7 +7,7 @@ uses to turn file and log bytes into evidence (:func:`split_batches`,
 :func:`claims_from_metadata_log`, :func:`claims_from_node_log`,
 :func:`claims_from_quorum_state`).
 
-The properties, after Jepsen's Kafka checks and the issue that asked for them:
+The properties, after Jepsen's Kafka checks:
 
 - ``acknowledged``: every acknowledged record is in the final read, at the partition
   and offset its acknowledgement named (lost or moved otherwise);

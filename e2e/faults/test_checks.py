@@ -290,7 +290,8 @@ def test_schedule_command_prints_the_replayable_plan(capsys: pytest.CaptureFixtu
 
 def test_a_batch_rewritten_under_a_new_producer_id_is_a_duplicate_naming_both_writers(
         clean: ev.Evidence) -> None:
-    # The shape seed 201 found (issue 15's bug): a batch written under producer 1, its
+    # The shape ``run --seed 201`` found (a producer bug since fixed): a batch written under
+    # producer 1, its
     # answer lost, then renumbered and written again under a new producer id.
     first_offset, value = clean.history.final_read[0][0]
     end = clean.history.final_read[0][-1][0] + 1

@@ -1,4 +1,4 @@
-"""The kind end-to-end driver (issue 9 §4): fault drills against a Helm-installed kraftlog.
+"""The kind end-to-end driver: fault drills against a Helm-installed kraftlog.
 
 Runs where the pods' DNS names resolve -- as the Job in ``e2e/kind/driver-job.yaml``
 (image target ``e2e`` of docker/Dockerfile, a ServiceAccount allowed to read workloads

@@ -19,10 +19,10 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, free_ports, wait_for
 
 from kraftlog.admin import admin_client as ac
 from kraftlog.error_codes import ErrorCode
+from tests.quorum_cluster import BROKERS, free_ports, running_cluster, wait_for
 
 ADMIN_SERVICE = "kraftlog.v1.AdminService"
 
@@ -147,11 +147,9 @@ async def reassign_to_dead_broker(admin: str, dead: int) -> None:
 
 
 def test_topics_cli_through_the_admin_service(tmp_path: pathlib.Path) -> None:
-    cluster = Cluster(tmp_path / "controllers", extra=SESSION)
-    brokers = Brokers(tmp_path, cluster)
     admin = f"127.0.0.1:{free_ports(1)[0]}"
-    bootstrap = ",".join(f"127.0.0.1:{p}" for p in cluster.ports.values())
     admin_proc: subprocess.Popen[bytes] | None = None
+    admin_log = tmp_path / "admin.log"
     started = time.monotonic()
     phases: list[str] = []
 
@@ -159,24 +157,15 @@ def test_topics_cli_through_the_admin_service(tmp_path: pathlib.Path) -> None:
         phases.append(f"{name}@{time.monotonic() - started:.1f}s")
 
     try:
-        for node in cluster.ports:
-            cluster.start(node)
-        for broker in BROKERS:
-            brokers.start(broker)
-        with (tmp_path / "admin.log").open("ab") as log:
-            admin_proc = subprocess.Popen(
-                [sys.executable, "-m", "kraftlog", "admin", "--bootstrap-controller", bootstrap,
-                 "--listen", admin, "--override", "retry.backoff.ms=50"],
-                stdout=log, stderr=log, start_new_session=True)
-
-        def logs() -> str:
-            return (cluster.logs() + "\n" + brokers.logs() + "\n--- admin\n"
-                    + (tmp_path / "admin.log").read_text()[-3000:])
-
-        try:
+        with running_cluster(tmp_path) as running:
+            cluster, brokers = running.controllers, running.brokers
+            bootstrap = ",".join(f"127.0.0.1:{p}" for p in cluster.ports.values())
+            with admin_log.open("ab") as log:
+                admin_proc = subprocess.Popen(
+                    [sys.executable, "-m", "kraftlog", "admin", "--bootstrap-controller",
+                     bootstrap, "--listen", admin, "--override", "retry.backoff.ms=50"],
+                    stdout=log, stderr=log, start_new_session=True)
             wait_for(lambda: admin_serving(admin), timeout_s=15, what="admin health SERVING")
-            wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None,
-                     timeout_s=20, what="brokers registered and unfenced")
             phase("cluster-ready")
             assert ADMIN_SERVICE in reflected_services(admin)
 
@@ -285,13 +274,12 @@ def test_topics_cli_through_the_admin_service(tmp_path: pathlib.Path) -> None:
                 ("topics", "delete", "--topic", "orders")])
             assert [t["name"] for t in json.loads(ok(listed))["topics"]] == ["after-failover"]
             fails(deleted_again, "UNKNOWN_TOPIC_OR_PARTITION")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{logs()}") from None
-        phase("delete")
-        print(f"failover write took {failover_s:.2f}s; phases: {' '.join(phases)}")
+            phase("delete")
+            print(f"failover write took {failover_s:.2f}s; phases: {' '.join(phases)}")
+    except AssertionError as exc:
+        admin_tail = admin_log.read_text()[-3000:] if admin_log.exists() else ""
+        raise AssertionError(f"{exc}\n--- admin\n{admin_tail}") from None
     finally:
         if admin_proc is not None:
             admin_proc.kill()
             admin_proc.wait(timeout=10)
-        brokers.kill_all()
-        cluster.kill_all()

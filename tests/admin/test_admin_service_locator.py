@@ -16,7 +16,6 @@ import socket
 from typing import Any
 
 import grpc.aio
-import proto_fuzz
 import pytest
 from google.protobuf import descriptor, symbol_database
 
@@ -32,6 +31,7 @@ from kraftlog.v1 import (
     controller_pb2,
     controller_pb2_grpc,
 )
+from tests import proto_fuzz
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import pathlib
 
-from quorum_cluster import (
+from kraftlog.v1 import raft_pb2
+from tests.quorum_cluster import (
     CLUSTER_ID,
     FAILOVER_BOUND_S,
     NODES,
@@ -21,8 +22,6 @@ from quorum_cluster import (
     kraftlog,
     wait_for,
 )
-
-from kraftlog.v1 import raft_pb2
 
 
 def _address(cluster: Cluster, node: int) -> str:

@@ -16,10 +16,10 @@ import sys
 import time
 
 import grpc
-from quorum_cluster import CLUSTER_ID, free_ports, kraftlog, wait_for
 
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2, controller_pb2, controller_pb2_grpc
+from tests.quorum_cluster import CLUSTER_ID, free_ports, kraftlog, wait_for
 
 
 def write_config(root: pathlib.Path) -> tuple[pathlib.Path, int, int]:

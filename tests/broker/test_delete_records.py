@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
-from broker_harness import TP, Cluster, Metadata, batch, values_of
-
 from kraftlog.broker import replica_manager as rm_mod
 from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import records as r
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.v1 import broker_pb2
+from tests.broker.harness import TP, Cluster, Metadata, batch, values_of
 
 SMALL_SEGMENTS = LogConfig(segment_bytes=200, segment_index_bytes=64 * 1024)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from broker_harness import T0, open_partition, values_of
 
 from kraftlog.broker import follower as follower_mod
 from kraftlog.broker.follower import (
@@ -18,6 +17,7 @@ from kraftlog.broker.follower import (
 from kraftlog.broker.partition import EpochEndOffset, Partition
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import record_batch as rb
+from tests.broker.harness import T0, open_partition, values_of
 
 
 def leader_batch(base_offset: int, epoch: int, *values: bytes) -> bytes:

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from broker_harness import Metadata, open_partition
 
 from kraftlog import config as kconfig
 from kraftlog.broker import group_coordinator as gc
@@ -35,6 +34,7 @@ from kraftlog.storage.compression import CompressionType
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2
+from tests.broker.harness import Metadata, open_partition
 
 BROKER = 1
 OFFSETS_ID = Uuid(bytes(range(1, 17)))

@@ -9,13 +9,13 @@ import pathlib
 from types import SimpleNamespace
 from typing import Any
 
-from broker_harness import T0, TP, open_partition
 from opentelemetry import trace
 
 from kraftlog.broker import process
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker.partition import FetchIsolation, Partition
 from kraftlog.v1 import common_pb2, controller_pb2
+from tests.broker.harness import T0, TP, open_partition
 
 
 class FakeController:

@@ -14,34 +14,17 @@ import pathlib
 import time
 
 import grpc
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for
 
 from kraftlog.storage import checkpoint
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
+from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import BROKERS, Brokers, Topic, running_cluster, wait_for
 
 TOPIC = "compacted"
 TP = TopicPartition(topic=TOPIC, partition=0)
 KEYS = 20
 ROUNDS = 30
-
-
-def create_compacted_topic(cluster: Cluster) -> bool | None:
-    topic = controller_pb2.CreateTopicsRequest.CreatableTopic(name=TOPIC, num_partitions=1, replication_factor=3)
-    topic.configs.add(name="cleanup.policy", value="compact")
-    topic.configs.add(name="min.cleanable.dirty.ratio", value="0.1")
-    request = controller_pb2.CreateTopicsRequest(topics=[topic], timeout_ms=5000)
-    for node in cluster.procs:
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{cluster.ports[node]}") as channel:
-                answer = controller_pb2_grpc.ControllerServiceStub(channel).CreateTopics(request, timeout=5)
-        except grpc.RpcError:
-            continue
-        if answer.error.code == common_pb2.NONE:
-            assert answer.topics[0].error.code in (common_pb2.NONE, common_pb2.TOPIC_ALREADY_EXISTS), answer
-            return True
-    return None
 
 
 def leader_of(brokers: Brokers) -> int | None:
@@ -96,48 +79,34 @@ def partition_bytes(root: pathlib.Path, broker: int) -> int:
 
 
 def test_brokers_compact_a_compacted_topic_on_every_replica(tmp_path: pathlib.Path) -> None:
-    cluster = Cluster(tmp_path / "controllers", extra=SESSION)
-    brokers = Brokers(tmp_path, cluster)
-    for broker in BROKERS:
-        with (tmp_path / f"broker-{broker}.properties").open("a") as f:
-            f.write("log.segment.bytes=8192\nlog.cleaner.backoff.ms=100\n"
-                    "replica.high.watermark.checkpoint.interval.ms=200\n")
-    try:
-        for node in cluster.ports:
-            cluster.start(node)
+    with running_cluster(
+            tmp_path, topics=[Topic(name=TOPIC, configs={"cleanup.policy": "compact",
+                                                         "min.cleanable.dirty.ratio": "0.1"})],
+            broker_config={"log.segment.bytes": 8192, "log.cleaner.backoff.ms": 100,
+                           "replica.high.watermark.checkpoint.interval.ms": 200},
+            topic_timeout_s=5) as running:
+        brokers = running.brokers
+        leader = wait_for(lambda: leader_of(brokers), timeout_s=10, what="compacted-0 led with a full ISR")
+        for round_ in range(ROUNDS):
+            produce(brokers, leader, round_)
+        written = KEYS * ROUNDS * 80
+
+        def compacted_everywhere() -> list[tuple[int, bytes, bytes]] | None:
+            sizes = [partition_bytes(tmp_path, b) for b in BROKERS]
+            if not all(size < written / 3 for size in sizes):
+                return None
+            # Below the cleaned end one record per key; the active segment (8 KiB, about
+            # 4 batches of 20) is never cleaned.
+            seen = consume(brokers, leader)
+            return seen if len(seen) <= KEYS * 5 else None
+
+        seen = wait_for(compacted_everywhere, timeout_s=20, what="every replica compacted")
+        latest = {key: (offset, value) for offset, key, value in seen}
+        assert len(latest) == KEYS
+        assert all(value.startswith(b"value-%s-%02d-" % (key[4:], ROUNDS - 1)) for key, (_o, value) in
+                   latest.items())
+        assert all(offset >= (ROUNDS - 2) * KEYS for _key, (offset, _v) in latest.items())
         for broker in BROKERS:
-            brokers.start(broker)
-        try:
-            wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None, timeout_s=20,
-                     what="brokers registered and unfenced")
-            wait_for(lambda: create_compacted_topic(cluster), timeout_s=5, what="topic created")
-            leader = wait_for(lambda: leader_of(brokers), timeout_s=10, what="compacted-0 led with a full ISR")
-            for round_ in range(ROUNDS):
-                produce(brokers, leader, round_)
-            written = KEYS * ROUNDS * 80
-
-            def compacted_everywhere() -> list[tuple[int, bytes, bytes]] | None:
-                sizes = [partition_bytes(tmp_path, b) for b in BROKERS]
-                if not all(size < written / 3 for size in sizes):
-                    return None
-                # Below the cleaned end one record per key; the active segment (8 KiB, about
-                # 4 batches of 20) is never cleaned.
-                seen = consume(brokers, leader)
-                return seen if len(seen) <= KEYS * 5 else None
-
-            seen = wait_for(compacted_everywhere, timeout_s=20, what="every replica compacted")
-            latest = {key: (offset, value) for offset, key, value in seen}
-            assert len(latest) == KEYS
-            assert all(value.startswith(b"value-%s-%02d-" % (key[4:], ROUNDS - 1)) for key, (_o, value) in
-                       latest.items())
-            assert all(offset >= (ROUNDS - 2) * KEYS for _key, (offset, _v) in latest.items())
-            for broker in BROKERS:
-                cp = checkpoint.OffsetCheckpointFile(tmp_path / f"broker-{broker}"
-                                                     / checkpoint.CLEANER_OFFSET_CHECKPOINT).read()
-                assert cp.get(TP, 0) > 0
-        except BaseException:
-            print(cluster.logs() + "\n" + brokers.logs())
-            raise
-    finally:
-        brokers.kill_all()
-        cluster.kill_all()
+            cp = checkpoint.OffsetCheckpointFile(tmp_path / f"broker-{broker}"
+                                                 / checkpoint.CLEANER_OFFSET_CHECKPOINT).read()
+            assert cp.get(TP, 0) > 0

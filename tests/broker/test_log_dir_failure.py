@@ -13,7 +13,6 @@ import pathlib
 from typing import Any
 
 import pytest
-from broker_harness import T0, batch, open_partition
 
 from kraftlog.broker import purgatory
 from kraftlog.broker import reconciler as rc
@@ -22,6 +21,7 @@ from kraftlog.broker.partition import FetchIsolation, Partition
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
 from kraftlog.storage.topic_partition import TopicPartition
+from tests.broker.harness import T0, batch, open_partition
 
 A0 = TopicPartition(topic="t", partition=0)
 A1 = TopicPartition(topic="t", partition=1)

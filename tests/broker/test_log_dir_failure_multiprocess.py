@@ -15,23 +15,24 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
-import sys
 import time
 
 import grpc
 import pytest
-from quorum_cluster import (
-    CLUSTER_ID,
-    SESSION,
-    Brokers,
-    Cluster,
-    consume,
-    partition_state,
-    produce,
-    wait_for,
-)
 
 from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import (
+    CLUSTER_ID,
+    Brokers,
+    RunningCluster,
+    Topic,
+    consume,
+    format_in_process,
+    partition_state,
+    produce,
+    running_cluster,
+    wait_for,
+)
 
 TOPIC = "filling"
 SMALL = 6
@@ -58,73 +59,63 @@ def test_a_full_disk_takes_the_dir_offline_and_the_broker_out_of_the_isr(
         tmp_path: pathlib.Path) -> None:
     small = tmp_path / "small"
     mount_tmpfs(small, "3m")
-    cluster = Cluster(tmp_path / "controllers", extra=SESSION)
-    brokers = Brokers(tmp_path, cluster)
     big = tmp_path / f"broker-{SMALL}"
-    try:
-        formatted = subprocess.run(
-            [sys.executable, "-m", "kraftlog", "storage", "format", "--cluster-id", CLUSTER_ID,
-             "--node-id", str(SMALL), "--data-dir", str(small), "--data-dir", str(big),
-             "--metadata-dir", str(big), "--ignore-formatted"],
-            capture_output=True, text=True, check=False)
-        assert formatted.returncode == 0, formatted.stderr
-        config = tmp_path / f"broker-{SMALL}.properties"
+
+    def two_log_dirs(running: RunningCluster) -> None:
+        """Broker 6 formatted again with the tmpfs as its first log dir."""
+        formatted = format_in_process(
+            "storage", "format", "--cluster-id", CLUSTER_ID, "--node-id", str(SMALL),
+            "--data-dir", str(small), "--data-dir", str(big), "--metadata-dir", str(big),
+            "--ignore-formatted")
+        assert formatted.returncode == 0
+        config = running.brokers.config(SMALL)
         config.write_text(config.read_text().replace(
             f"log.dirs={big}\n", f"log.dirs={small},{big}\nmetadata.log.dir={big}\n"))
 
-        def logs() -> str:
-            return cluster.logs() + "\n" + brokers.logs()
+    try:
+        with running_cluster(tmp_path, prepare=two_log_dirs, serving_timeout_s=30, topics=[
+                Topic(name=TOPIC, min_insync_replicas=2, assignments=[[4, 5, SMALL]])],
+                ) as running:
+            cluster, brokers = running.controllers, running.brokers
+            wait_for(lambda: True if partition_state(brokers, 4, TOPIC) == (4, 0, (4, 5, SMALL))
+                     else None, timeout_s=10, what="the topic led by 4 with a full ISR")
+            # Broker 4's view says nothing about when broker 6 replays the record: wait for it.
+            wait_for(lambda: True if (small / f"{TOPIC}-0").is_dir() else None, timeout_s=10,
+                     what="broker 6's replica in its first log dir")
+            assert not (big / f"{TOPIC}-0").exists(), "the replica went to the first log dir only"
 
-        for node in cluster.ports:
-            cluster.start(node)
-        for broker in brokers.ports:
-            brokers.start(broker)
-        wait_for(lambda: True if all(brokers.serving(b) for b in brokers.ports) else None,
-                 timeout_s=30, what="brokers registered and unfenced", details=logs)
-        wait_for(lambda: cluster.create_topic(TOPIC, min_insync_replicas=2,
-                                              assignments=[[4, 5, SMALL]]),
-                 timeout_s=10, what="topic created")
-        wait_for(lambda: True if partition_state(brokers, 4, TOPIC) == (4, 0, (4, 5, SMALL))
-                 else None, timeout_s=10, what="the topic led by 4 with a full ISR")
-        # Broker 4's view says nothing about when broker 6 replays the record: wait for it.
-        wait_for(lambda: True if (small / f"{TOPIC}-0").is_dir() else None, timeout_s=10,
-                 what="broker 6's replica in its first log dir", details=logs)
-        assert not (big / f"{TOPIC}-0").exists(), "the replica went to the first log dir only"
+            # 64 KiB batches until the 3 MiB dir is full and offline (bounded: 200 batches).
+            acked: list[bytes] = []
+            deadline = time.monotonic() + 60
+            for n in range(200):
+                values = [b"%06d-" % n + bytes(1017) for _ in range(64)]
+                code = produce(brokers, 4, values, TOPIC).responses[0].partition_responses[0].error.code
+                if code == common_pb2.NONE:
+                    acked.extend(values)
+                assert code in (common_pb2.NONE, common_pb2.REQUEST_TIMED_OUT), code
+                errors = log_dir_errors(brokers, SMALL)
+                if errors is not None and errors.get(str(small)) == common_pb2.KAFKA_STORAGE_ERROR:
+                    break
+                assert time.monotonic() < deadline, "the tmpfs did not fill within 60 s"
+            else:
+                raise AssertionError("the tmpfs never filled")
+            assert log_dir_errors(brokers, SMALL) == {str(small): common_pb2.KAFKA_STORAGE_ERROR,
+                                                      str(big): common_pb2.NONE}
+            assert brokers.procs[SMALL].poll() is None, "one dir is still online: it keeps running"
 
-        # 64 KiB batches until the 3 MiB dir is full and offline (bounded: 200 batches).
-        acked: list[bytes] = []
-        deadline = time.monotonic() + 60
-        for n in range(200):
-            values = [b"%06d-" % n + bytes(1017) for _ in range(64)]
-            code = produce(brokers, 4, values, TOPIC).responses[0].partition_responses[0].error.code
-            if code == common_pb2.NONE:
-                acked.extend(values)
-            assert code in (common_pb2.NONE, common_pb2.REQUEST_TIMED_OUT), (code, logs())
-            errors = log_dir_errors(brokers, SMALL)
-            if errors is not None and errors.get(str(small)) == common_pb2.KAFKA_STORAGE_ERROR:
-                break
-            assert time.monotonic() < deadline, logs()
-        else:
-            raise AssertionError("the tmpfs never filled\n" + logs())
-        assert log_dir_errors(brokers, SMALL) == {str(small): common_pb2.KAFKA_STORAGE_ERROR,
-                                                  str(big): common_pb2.NONE}
-        assert brokers.procs[SMALL].poll() is None, "one dir is still online: it keeps running"
+            # Fenced at its own request: out of the ISR, and acks=all works on with {4, 5}.
+            def isr_without_6() -> bool | None:
+                state = partition_state(brokers, 4, TOPIC)
+                return True if state is not None and state[0] == 4 and state[2] == (4, 5) else None
 
-        # Fenced at its own request: out of the ISR, and acks=all works on with {4, 5}.
-        def isr_without_6() -> bool | None:
-            state = partition_state(brokers, 4, TOPIC)
-            return True if state is not None and state[0] == 4 and state[2] == (4, 5) else None
-
-        wait_for(isr_without_6, timeout_s=15, what="broker 6 out of the ISR", details=logs)
-        more = [b"after-%03d" % i for i in range(50)]
-        answer = produce(brokers, 4, more, TOPIC).responses[0].partition_responses[0]
-        assert answer.error.code == common_pb2.NONE, answer
-        acked.extend(more)
-        assert consume(brokers, 4, TOPIC) == acked
-        text = (tmp_path / f"broker-{SMALL}.log").read_text()
-        assert "event=log_dir_offline" in text and "No space left" in text, text[-3000:]
-        assert "event=log_dirs_offline" in cluster.logs(), cluster.logs()
+            wait_for(isr_without_6, timeout_s=15, what="broker 6 out of the ISR")
+            more = [b"after-%03d" % i for i in range(50)]
+            answer = produce(brokers, 4, more, TOPIC).responses[0].partition_responses[0]
+            assert answer.error.code == common_pb2.NONE, answer
+            acked.extend(more)
+            assert consume(brokers, 4, TOPIC) == acked
+            text = (tmp_path / f"broker-{SMALL}.log").read_text()
+            assert "event=log_dir_offline" in text and "No space left" in text, text[-3000:]
+            assert "event=log_dirs_offline" in cluster.logs(), cluster.logs()
     finally:
-        brokers.kill_all()
-        cluster.kill_all()
         subprocess.run(["umount", "-l", str(small)], capture_output=True, check=False)

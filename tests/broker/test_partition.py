@@ -7,7 +7,6 @@ import struct
 
 import crc32c
 import pytest
-from broker_harness import T0, TP, batch, open_partition, values_of
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker.partition import FetchIsolation, Partition, PartitionConfig
@@ -16,6 +15,7 @@ from kraftlog.errors import InvariantViolation
 from kraftlog.metadata.records import LeaderRecoveryState
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
+from tests.broker.harness import T0, TP, batch, open_partition, values_of
 
 LAG_MS = partition_mod.DEFAULT_REPLICA_LAG_TIME_MAX_MS
 

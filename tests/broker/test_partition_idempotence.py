@@ -7,13 +7,13 @@ import pathlib
 import random
 
 import pytest
-from broker_harness import T0, TP, Cluster, open_partition, values_of
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker.partition import Partition
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
+from tests.broker.harness import T0, TP, Cluster, open_partition, values_of
 
 PID = 4000
 

@@ -14,20 +14,19 @@ import pathlib
 import signal
 import time
 
-from quorum_cluster import (
-    BROKERS,
-    SESSION,
-    TOPIC,
-    Brokers,
-    Cluster,
-    consume_records,
-    partition_state,
-    wait_for,
-)
-
 from kraftlog.broker import producer_snapshot
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import (
+    BROKERS,
+    TOPIC,
+    Brokers,
+    Topic,
+    consume_records,
+    partition_state,
+    running_cluster,
+    wait_for,
+)
 
 
 def init_producer_id(brokers: Brokers, broker: int, **fields: object) -> broker_pb2.InitProducerIdResponse:
@@ -48,86 +47,68 @@ def produce(brokers: Brokers, broker: int, batch: bytes) -> broker_pb2.ProduceRe
 
 
 def test_a_resent_batch_after_a_leader_kill_is_written_once(tmp_path: pathlib.Path) -> None:
-    cluster = Cluster(tmp_path / "controllers", extra=SESSION)
-    brokers = Brokers(tmp_path, cluster)
-    try:
-        for node in cluster.ports:
-            cluster.start(node)
-        for broker in BROKERS:
-            brokers.start(broker)
+    with running_cluster(tmp_path, topics=[Topic(name=TOPIC, min_insync_replicas=2)]) as running:
+        brokers = running.brokers
 
-        def logs() -> str:
-            return cluster.logs() + "\n" + brokers.logs()
+        def full_isr() -> tuple[int, int, tuple[int, ...]] | None:
+            states = {partition_state(brokers, b) for b in BROKERS}
+            state = states.pop() if len(states) == 1 else None
+            return state if state is not None and state[2] == BROKERS else None
 
-        try:
-            wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None, timeout_s=20,
-                     what="brokers registered and unfenced")
-            wait_for(lambda: cluster.create_topic(TOPIC, min_insync_replicas=2), timeout_s=10, what="topic created")
+        leader, epoch, _isr = wait_for(full_isr, timeout_s=15, what="events-0 with ISR 4,5,6")
 
-            def full_isr() -> tuple[int, int, tuple[int, ...]] | None:
-                states = {partition_state(brokers, b) for b in BROKERS}
-                state = states.pop() if len(states) == 1 else None
-                return state if state is not None and state[2] == BROKERS else None
+        # InitProducerId: distinct ids, epoch 0; transactions and half-set ids are refused.
+        first = init_producer_id(brokers, BROKERS[0])
+        assert first.error.code == common_pb2.NONE, first
+        assert first.producer_id >= 0 and first.producer_epoch == 0
+        second = init_producer_id(brokers, BROKERS[1])
+        assert second.error.code == common_pb2.NONE and second.producer_id != first.producer_id
+        assert init_producer_id(brokers, BROKERS[0]).producer_id == first.producer_id + 1
+        refused = init_producer_id(brokers, BROKERS[0], transactional_id="txn")
+        assert refused.error.code == common_pb2.INVALID_REQUEST and refused.producer_id == -1
+        half = init_producer_id(brokers, BROKERS[0], producer_id=first.producer_id)
+        assert half.error.code == common_pb2.INVALID_REQUEST
 
-            leader, epoch, _isr = wait_for(full_isr, timeout_s=15, what="events-0 with ISR 4,5,6")
+        pid = first.producer_id
+        now_ms = int(time.time() * 1000)
 
-            # InitProducerId: distinct ids, epoch 0; transactions and half-set ids are refused.
-            first = init_producer_id(brokers, BROKERS[0])
-            assert first.error.code == common_pb2.NONE, first
-            assert first.producer_id >= 0 and first.producer_epoch == 0
-            second = init_producer_id(brokers, BROKERS[1])
-            assert second.error.code == common_pb2.NONE and second.producer_id != first.producer_id
-            assert init_producer_id(brokers, BROKERS[0]).producer_id == first.producer_id + 1
-            refused = init_producer_id(brokers, BROKERS[0], transactional_id="txn")
-            assert refused.error.code == common_pb2.INVALID_REQUEST and refused.producer_id == -1
-            half = init_producer_id(brokers, BROKERS[0], producer_id=first.producer_id)
-            assert half.error.code == common_pb2.INVALID_REQUEST
+        def batch(seq: int, *values: bytes) -> bytes:
+            return rb.build_batch([rb.RecordInput(value=v) for v in values], now_ms=now_ms,
+                                  producer_id=pid, producer_epoch=0, base_sequence=seq)
 
-            pid = first.producer_id
-            now_ms = int(time.time() * 1000)
+        batches = [batch(0, b"a0", b"a1", b"a2"), batch(3, b"b0", b"b1")]
+        for data, offset in zip(batches, (0, 3), strict=True):
+            part = produce(brokers, leader, data)
+            assert part.error.code == common_pb2.NONE and part.base_offset == offset, part
+        assert [v for _o, v in consume_records(brokers, leader) or []] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
 
-            def batch(seq: int, *values: bytes) -> bytes:
-                return rb.build_batch([rb.RecordInput(value=v) for v in values], now_ms=now_ms,
-                                      producer_id=pid, producer_epoch=0, base_sequence=seq)
+        brokers.kill(leader)
+        survivors = [b for b in BROKERS if b != leader]
 
-            batches = [batch(0, b"a0", b"a1", b"a2"), batch(3, b"b0", b"b1")]
-            for data, offset in zip(batches, (0, 3), strict=True):
-                part = produce(brokers, leader, data)
-                assert part.error.code == common_pb2.NONE and part.base_offset == offset, part
-            assert [v for _o, v in consume_records(brokers, leader) or []] == [b"a0", b"a1", b"a2", b"b0", b"b1"]
+        def new_leader() -> int | None:
+            states = {partition_state(brokers, b) for b in survivors}
+            state = states.pop() if len(states) == 1 else None
+            return state[0] if state is not None and state[0] in survivors and state[1] > epoch else None
 
-            brokers.kill(leader)
-            survivors = [b for b in BROKERS if b != leader]
+        leader2 = wait_for(new_leader, timeout_s=15, what="a new leader among the survivors")
+        # The producer never saw its answers: it resends the very same bytes to the new leader.
+        for data, offset in zip(batches, (0, 3), strict=True):
+            part = wait_for(lambda data=data: (lambda p: p if p.error.code == common_pb2.NONE else None)(
+                produce(brokers, leader2, data)), timeout_s=10, what="the resent batch answered")
+            assert part.base_offset == offset, part
+        nxt = produce(brokers, leader2, batch(5, b"c0"))
+        assert nxt.error.code == common_pb2.NONE and nxt.base_offset == 5, nxt
+        gap = produce(brokers, leader2, batch(9, b"x"))
+        assert gap.error.code == common_pb2.OUT_OF_ORDER_SEQUENCE_NUMBER, gap
+        assert consume_records(brokers, leader2) == [
+            (0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1"), (5, b"c0")]
 
-            def new_leader() -> int | None:
-                states = {partition_state(brokers, b) for b in survivors}
-                state = states.pop() if len(states) == 1 else None
-                return state[0] if state is not None and state[0] in survivors and state[1] > epoch else None
-
-            leader2 = wait_for(new_leader, timeout_s=15, what="a new leader among the survivors")
-            # The producer never saw its answers: it resends the very same bytes to the new leader.
-            for data, offset in zip(batches, (0, 3), strict=True):
-                part = wait_for(lambda data=data: (lambda p: p if p.error.code == common_pb2.NONE else None)(
-                    produce(brokers, leader2, data)), timeout_s=10, what="the resent batch answered")
-                assert part.base_offset == offset, part
-            nxt = produce(brokers, leader2, batch(5, b"c0"))
-            assert nxt.error.code == common_pb2.NONE and nxt.base_offset == 5, nxt
-            gap = produce(brokers, leader2, batch(9, b"x"))
-            assert gap.error.code == common_pb2.OUT_OF_ORDER_SEQUENCE_NUMBER, gap
-            assert consume_records(brokers, leader2) == [
-                (0, b"a0"), (1, b"a1"), (2, b"a2"), (3, b"b0"), (4, b"b1"), (5, b"c0")]
-
-            # A clean shutdown leaves a producer state snapshot at the log end for the restart.
-            proc = brokers.procs.pop(leader2)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=20) == 0
-            partition_dir = tmp_path / f"broker-{leader2}" / f"{TOPIC}-0"
-            assert producer_snapshot.list_offsets(str(partition_dir)) == [6]
-            entries = producer_snapshot.decode("snapshot", (partition_dir / producer_snapshot.file_name(6))
-                                               .read_bytes())
-            assert [(e.producer_id, e.producer_epoch, e.last_sequence) for e in entries] == [(pid, 0, 5)]
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{logs()}") from None
-    finally:
-        brokers.kill_all()
-        cluster.kill_all()
+        # A clean shutdown leaves a producer state snapshot at the log end for the restart.
+        proc = brokers.procs.pop(leader2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        partition_dir = tmp_path / f"broker-{leader2}" / f"{TOPIC}-0"
+        assert producer_snapshot.list_offsets(str(partition_dir)) == [6]
+        entries = producer_snapshot.decode("snapshot", (partition_dir / producer_snapshot.file_name(6))
+                                           .read_bytes())
+        assert [(e.producer_id, e.producer_epoch, e.last_sequence) for e in entries] == [(pid, 0, 5)]

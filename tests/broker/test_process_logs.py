@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from broker_harness import TOPIC_ID, TP, batch
 
 from kraftlog import config as kconfig
 from kraftlog import errors
@@ -19,6 +18,7 @@ from kraftlog.metadata import records as r
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.topic_partition import TopicPartition
+from tests.broker.harness import TOPIC_ID, TP, batch
 
 INFO = im.PartitionInfo(topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=0,
                         registration=im.PartitionRegistration(replicas=(1,), isr=(1,), leader=1))

@@ -10,7 +10,6 @@ import pathlib
 import shutil
 
 import pytest
-from broker_harness import Metadata, open_partition
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
@@ -20,6 +19,7 @@ from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
+from tests.broker.harness import Metadata, open_partition
 
 BROKER = 2
 TOPIC_ID = Uuid(bytes(range(1, 17)))

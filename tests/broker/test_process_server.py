@@ -16,9 +16,7 @@ from typing import Any
 
 import crc32c
 import grpc
-import proto_fuzz
 import pytest
-from broker_harness import TOPIC_ID, TP, batch, open_partition
 
 from kraftlog.broker import fetcher_driver, server
 from kraftlog.broker import partition as partition_mod
@@ -32,6 +30,8 @@ from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import broker_pb2, common_pb2
+from tests import proto_fuzz
+from tests.broker.harness import TOPIC_ID, TP, batch, open_partition
 
 WAIT_S = 10.0
 
@@ -527,8 +527,8 @@ def test_the_publisher_takes_num_replica_fetchers_from_dynamic_configs() -> None
 
 def test_a_poisoned_produce_is_refused_with_record_errors_and_the_partition_stays_readable(
         tmp_path: pathlib.Path) -> None:
-    """The issue's offsets 669/670: CRC-valid garbage records, and an lz4 flag over bytes that
-    are not lz4. Both are refused with nothing appended; consumers read on past them."""
+    """A batch of CRC-valid garbage records, and one with an lz4 flag over bytes that are
+    not lz4. Both are refused with nothing appended; consumers read on past them."""
     broker = Broker(tmp_path, isr=(1,), min_isr=1)
     good = batch(b"a", b"b")
     garbage = bytearray(good)

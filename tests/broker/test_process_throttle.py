@@ -28,10 +28,10 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from quorum_cluster import SESSION, Brokers, Cluster, wait_for
 
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2, controller_pb2_grpc
+from tests.quorum_cluster import Brokers, Cluster, Topic, running_cluster, wait_for
 
 LEADER, FOLLOWER = 4, 5
 MIB = 1024 * 1024
@@ -41,8 +41,8 @@ CRAWL_RATE = 64 * 1024  # bytes/s: the 4 MiB would take a minute
 CRAWL_S = 2.0
 FETCH_MAX_BYTES = 131072
 BATCH_RECORDS, RECORD_BYTES = 16, 4096  # 64 KiB batches
-BROKER_EXTRA = ["replication.quota.window.num=2", "replication.quota.window.size.seconds=1",
-                f"replica.fetch.max.bytes={FETCH_MAX_BYTES}"]
+BROKER_CONFIG = {"replication.quota.window.num": 2, "replication.quota.window.size.seconds": 1,
+                 "replica.fetch.max.bytes": FETCH_MAX_BYTES}
 
 
 def controller_call(cluster: Cluster, method: str, request: Any) -> Any:
@@ -57,18 +57,6 @@ def controller_call(cluster: Cluster, method: str, request: Any) -> Any:
         if answer.error.code == common_pb2.NONE:
             return answer
     return None
-
-
-def create_topic(cluster: Cluster, name: str) -> bool | None:
-    answer = controller_call(cluster, "CreateTopics", controller_pb2.CreateTopicsRequest(
-        topics=[controller_pb2.CreateTopicsRequest.CreatableTopic(
-            name=name, num_partitions=-1, replication_factor=-1,
-            assignments=[controller_pb2.CreateTopicsRequest.CreatableReplicaAssignment(
-                partition_index=0, broker_ids=[LEADER])])], timeout_ms=5000))
-    if answer is None:
-        return None
-    assert answer.topics[0].error.code in (common_pb2.NONE, common_pb2.TOPIC_ALREADY_EXISTS), answer
-    return True
 
 
 def alter_configs(cluster: Cluster, changes: list[tuple[int, str, str, str | None]]) -> None:
@@ -166,60 +154,47 @@ def copied(brokers: Brokers, topic: str, records: int) -> Callable[[], bool | No
 
 
 def test_reassignment_copy_is_throttled_to_the_configured_rate(tmp_path: pathlib.Path) -> None:
-    cluster = Cluster(tmp_path / "controllers", extra=SESSION)
-    brokers = Brokers(tmp_path, cluster)
-    for broker in (LEADER, FOLLOWER):
-        path = tmp_path / f"broker-{broker}.properties"
-        path.write_text(path.read_text() + "\n".join(BROKER_EXTRA) + "\n")
     started = time.monotonic()
-    try:
-        for node in cluster.ports:
-            cluster.start(node)
-        for broker in (LEADER, FOLLOWER):
-            brokers.start(broker)
-        try:
-            wait_for(lambda: True if all(brokers.serving(b) for b in (LEADER, FOLLOWER)) else None,
-                     timeout_s=20, what="brokers 4 and 5 registered and unfenced")
-            for topic in ("slow", "fast", "stuck"):
-                wait_for(lambda t=topic: create_topic(cluster, t),  # type: ignore[misc]
-                         timeout_s=10, what=f"topic {topic} created")
-            wait_for(lambda: True if log_end(brokers, LEADER, "stuck") == 0 else None,
-                     timeout_s=10, what="broker 4 hosting the topics")
-            ready_s = time.monotonic() - started
-            records = {topic: produce(brokers, topic) for topic in ("slow", "fast", "stuck")}
-            produced_s = time.monotonic() - started
+    with running_cluster(
+            tmp_path, broker_ids=(LEADER, FOLLOWER), broker_config=BROKER_CONFIG,
+            topics=[Topic(name=topic, assignments=[[LEADER]]) for topic in ("slow", "fast", "stuck")],
+            ) as running:
+        cluster, brokers = running.controllers, running.brokers
+        wait_for(lambda: True if log_end(brokers, LEADER, "stuck") == 0 else None,
+                 timeout_s=10, what="broker 4 hosting the topics")
+        ready_s = time.monotonic() - started
+        records = {topic: produce(brokers, topic) for topic in ("slow", "fast", "stuck")}
+        produced_s = time.monotonic() - started
 
-            # 1. Throttled at 1 MiB/s on both sides: ~size/rate, minus about one window.
-            alter_configs(cluster, throttle("slow", rate=RATE))
-            t0 = reassign(cluster, "slow")
-            wait_for(copied(brokers, "slow", records["slow"]), timeout_s=30,
-                     what="slow-0 copied to broker 5")
-            slow_s = time.monotonic() - t0
-            wait_for(reassignment_done(cluster, "slow"), timeout_s=10,
-                     what="slow-0 reassignment complete")
+        # 1. Throttled at 1 MiB/s on both sides: ~size/rate, minus about one window.
+        alter_configs(cluster, throttle("slow", rate=RATE))
+        t0 = reassign(cluster, "slow")
+        wait_for(copied(brokers, "slow", records["slow"]), timeout_s=30,
+                 what="slow-0 copied to broker 5")
+        slow_s = time.monotonic() - t0
+        wait_for(reassignment_done(cluster, "slow"), timeout_s=10,
+                 what="slow-0 reassignment complete")
 
-            # 2. Rates still set, but fast-0 lists no throttled replica: full speed.
-            t0 = reassign(cluster, "fast")
-            wait_for(copied(brokers, "fast", records["fast"]), timeout_s=30,
-                     what="fast-0 copied to broker 5")
-            fast_s = time.monotonic() - t0
+        # 2. Rates still set, but fast-0 lists no throttled replica: full speed.
+        t0 = reassign(cluster, "fast")
+        wait_for(copied(brokers, "fast", records["fast"]), timeout_s=30,
+                 what="fast-0 copied to broker 5")
+        fast_s = time.monotonic() - t0
 
-            # 3. A crawl at 64 KiB/s (a minute's copy), then the throttle is removed.
-            alter_configs(cluster, throttle("stuck", rate=CRAWL_RATE))
-            reassign(cluster, "stuck")
-            first = wait_for(lambda: n if (n := log_end(brokers, FOLLOWER, "stuck")) > 0 else None,
-                             timeout_s=10, what="stuck-0 copy started on broker 5")
-            time.sleep(CRAWL_S)
-            crawled = log_end(brokers, FOLLOWER, "stuck") - first
-            t1 = time.monotonic()
-            alter_configs(cluster, throttle("stuck", rate=None))
-            wait_for(copied(brokers, "stuck", records["stuck"]), timeout_s=30,
-                     what="stuck-0 copied to broker 5 after the throttle was removed")
-            unthrottled_s = time.monotonic() - t1
-            wait_for(reassignment_done(cluster, "stuck"), timeout_s=10,
-                     what="stuck-0 reassignment complete")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{cluster.logs()}\n{brokers.logs()}") from None
+        # 3. A crawl at 64 KiB/s (a minute's copy), then the throttle is removed.
+        alter_configs(cluster, throttle("stuck", rate=CRAWL_RATE))
+        reassign(cluster, "stuck")
+        first = wait_for(lambda: n if (n := log_end(brokers, FOLLOWER, "stuck")) > 0 else None,
+                         timeout_s=10, what="stuck-0 copy started on broker 5")
+        time.sleep(CRAWL_S)
+        crawled = log_end(brokers, FOLLOWER, "stuck") - first
+        t1 = time.monotonic()
+        alter_configs(cluster, throttle("stuck", rate=None))
+        wait_for(copied(brokers, "stuck", records["stuck"]), timeout_s=30,
+                 what="stuck-0 copied to broker 5 after the throttle was removed")
+        unthrottled_s = time.monotonic() - t1
+        wait_for(reassignment_done(cluster, "stuck"), timeout_s=10,
+                 what="stuck-0 reassignment complete")
 
         ideal_s = SIZE / RATE
         print(f"cluster ready {ready_s:.1f}s, produced {produced_s:.1f}s; "
@@ -236,6 +211,3 @@ def test_reassignment_copy_is_throttled_to_the_configured_rate(tmp_path: pathlib
         # Still throttled, the rest would take about a minute.
         assert unthrottled_s < 10.0, unthrottled_s
         assert time.monotonic() - started < 60
-    finally:
-        brokers.kill_all()
-        cluster.kill_all()

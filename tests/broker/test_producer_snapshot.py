@@ -6,7 +6,6 @@ import os
 import pathlib
 
 import pytest
-from broker_harness import T0, TP, open_partition
 
 from kraftlog.broker import producer_snapshot
 from kraftlog.broker import producer_state as ps
@@ -15,6 +14,7 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptFileError
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
+from tests.broker.harness import T0, TP, open_partition
 
 
 def ibatch(seq: int, pid: int = 1, count: int = 1) -> bytes:

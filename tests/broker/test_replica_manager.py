@@ -5,7 +5,6 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from broker_harness import T0, TP, batch, open_partition
 
 from kraftlog.broker import purgatory
 from kraftlog.broker import replica_manager as rm_mod
@@ -15,6 +14,7 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
 from kraftlog.storage import checkpoint
 from kraftlog.storage.topic_partition import TopicPartition
+from tests.broker.harness import T0, TP, batch, open_partition
 
 OTHER = TopicPartition(topic="u", partition=3)
 MISSING = TopicPartition(topic="nope", partition=0)

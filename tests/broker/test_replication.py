@@ -7,11 +7,11 @@ import pathlib
 import random
 
 import pytest
-from broker_harness import TP, Cluster, records_of, values_of
 
 from kraftlog.broker import follower as follower_mod
 from kraftlog.broker import partition as partition_mod
 from kraftlog.error_codes import ErrorCode
+from tests.broker.harness import TP, Cluster, records_of, values_of
 
 LAG_MS = partition_mod.DEFAULT_REPLICA_LAG_TIME_MAX_MS
 

@@ -10,7 +10,6 @@ import asyncio
 import pathlib
 
 import grpc
-from broker_harness import T0, TOPIC_ID, TP, Cluster, batch, open_partition
 
 from kraftlog.broker import fetcher_driver, purgatory, server
 from kraftlog.broker import reconciler as rc
@@ -21,6 +20,7 @@ from kraftlog.metadata import image as im
 from kraftlog.raft import transport
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2
+from tests.broker.harness import T0, TOPIC_ID, TP, Cluster, batch, open_partition
 
 VALUE = b"x" * 4000  # one ~4 KB batch per produce
 BOUND = 10_000  # bytes/s

@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 import pytest
-from quorum_cluster import free_ports
 
 from kraftlog import cli, client
 from kraftlog.client import commands
@@ -17,6 +16,7 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError, KraftlogError
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.compression import CompressionType
+from tests.quorum_cluster import free_ports
 
 
 def test_producer_config_from_kafka_names() -> None:

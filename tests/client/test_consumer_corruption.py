@@ -1,4 +1,4 @@
-"""A consumer meets batches that do not decode (issue 17): it delivers every record
+"""A consumer meets batches that do not decode: it delivers every record
 before the bad batch, then raises CorruptRecordBatchError naming the partition and
 offset on the poll that reaches it, keeps its position there until a seek, and loses no
 record of the other partitions (Kafka's CompletedFetch / FetchCollector).

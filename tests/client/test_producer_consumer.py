@@ -259,7 +259,7 @@ def test_unknown_topic_for_the_consumer(fake_broker: Any) -> None:
 
 
 def test_unreachable_brokers_are_named() -> None:
-    from quorum_cluster import free_ports
+    from tests.quorum_cluster import free_ports
     ports = free_ports(2)
     config = client.ConsumerConfig(bootstrap_servers=[f"127.0.0.1:{p}" for p in ports])
     with client.Consumer(config) as consumer, pytest.raises(

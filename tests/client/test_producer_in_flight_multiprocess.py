@@ -13,29 +13,19 @@ taken for a lost producer state). Every wait is bounded; all children are killed
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import threading
 import time
 from typing import Any
 
 import grpc
 import pytest
-import quorum_cluster
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, wait_for, wait_for_full_isr
 
-from kraftlog import cli as kraftlog_cli
 from kraftlog import client
+from tests.quorum_cluster import Topic, running_cluster, wait_for_full_isr
 
 TOPIC = "pipelined"
 PARTITIONS = 2
 RECORDS = 1500
-
-
-def format_in_process(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
-    """``kraftlog storage format`` without a new interpreter."""
-    assert args[:2] == ("storage", "format"), args
-    code = kraftlog_cli.main(list(args))
-    return subprocess.CompletedProcess(["kraftlog", *args], code, "", "")
 
 
 class _LostAnswer(grpc.RpcError, grpc.Future):  # type: ignore[misc]
@@ -105,19 +95,9 @@ class _DroppingStub:
 
 def test_pipelined_idempotent_produce_survives_lost_answers_in_order(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(quorum_cluster, "kraftlog", format_in_process)
-    cluster = Cluster(tmp_path / "controllers", extra=SESSION)
-    brokers = Brokers(tmp_path, cluster)
-    try:
-        for node in cluster.ports:
-            cluster.start(node)
-        for broker in BROKERS:
-            brokers.start(broker)
-        bootstrap = tuple(f"127.0.0.1:{brokers.ports[b]}" for b in BROKERS)
-        wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None,
-                 timeout_s=20, what="brokers registered and unfenced")
-        wait_for(lambda: cluster.create_topic(TOPIC, partitions=PARTITIONS, min_insync_replicas=2),
-                 timeout_s=10, what="topic created")
+    with running_cluster(tmp_path, topics=[
+            Topic(name=TOPIC, partitions=PARTITIONS, min_insync_replicas=2)]) as running:
+        bootstrap = running.bootstrap
         config = client.ProducerConfig(
             bootstrap_servers=bootstrap, acks=client.Acks.ALL, linger_ms=0, batch_size=4096,
             max_in_flight_requests_per_connection=5, retry_backoff_ms=20,
@@ -169,6 +149,3 @@ def test_pipelined_idempotent_produce_survives_lost_answers_in_order(
             sent = [(meta.offset, value) for i, (meta, value) in enumerate(zip(metas, values, strict=True))
                     if i % PARTITIONS == p]
             assert got == sent
-    finally:
-        brokers.kill_all()
-        cluster.kill_all()

@@ -29,7 +29,7 @@ broker within the session timeout; a broker told ShouldShutDown leads nothing. A
 healing, a broker that stopped heartbeating must be fenced and lead nothing within a
 bound, and the cluster must make progress.
 
-Loaded as ``ctl_sim`` by tests/controller/conftest.py; used by test_simulation.py. A
+Imported as ``tests.controller.ctl_sim`` by test_simulation.py. A
 change to the driver's rules must be mirrored in :class:`SimController`.
 """
 
@@ -41,9 +41,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import controller_harness
-import raft_sim
 
 from kraftlog import errors
 from kraftlog.controller import api, driver
@@ -62,6 +59,8 @@ from kraftlog.raft import epoch_state as es
 from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.storage.uuid import Uuid
 from kraftlog.timeline.snapshot_registry import LATEST_EPOCH
+from tests.controller import harness as controller_harness
+from tests.raft import sim as raft_sim
 
 CTL_CONFIG = ControllerConfig(broker_session_timeout_ms=600, broker_heartbeat_interval_ms=100,
                               metadata_max_idle_interval_ms=500)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from controller_harness import Harness, check_invariants
 
 from kraftlog.controller import api
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata.records import LeaderRecoveryState, PartitionChangeRecord
 from kraftlog.storage.uuid import Uuid
+from tests.controller.harness import Harness, check_invariants
 
 
 @pytest.fixture

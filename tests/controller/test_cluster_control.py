@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from controller_harness import METADATA_VERSION, Harness, check_invariants, incarnation
-
 from kraftlog.controller import api
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.error_codes import ErrorCode
@@ -15,6 +13,7 @@ from kraftlog.metadata.records import (
     UnregisterBrokerRecord,
 )
 from kraftlog.storage.uuid import ZERO_UUID
+from tests.controller.harness import METADATA_VERSION, Harness, check_invariants, incarnation
 
 
 def _request(broker_id: int, **overrides: object) -> api.BrokerRegistrationRequest:

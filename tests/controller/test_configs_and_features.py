@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from controller_harness import Harness
 
 from kraftlog.controller import api, config_defs
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata.records import ConfigRecord, FeatureLevelRecord
+from tests.controller.harness import Harness
 
 TOPIC = api.ConfigResourceType.TOPIC
 BROKER = api.ConfigResourceType.BROKER

@@ -5,13 +5,13 @@ from __future__ import annotations
 import collections
 
 import pytest
-from controller_harness import Harness, check_invariants
 
 from kraftlog.controller import api
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata.records import ConfigRecord, PartitionRecord, RemoveTopicRecord, TopicRecord
 from kraftlog.storage.uuid import Uuid
+from tests.controller.harness import Harness, check_invariants
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import time
 import uuid
 
 import grpc
-from quorum_cluster import CLUSTER_ID, NODES, Cluster, end_offsets, wait_for
 
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from tests.quorum_cluster import CLUSTER_ID, NODES, Cluster, end_offsets, wait_for
 
 NOT_CONTROLLER = common_pb2.NOT_CONTROLLER
 SNAPSHOT_SETTINGS = {

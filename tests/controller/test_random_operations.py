@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-from controller_harness import Harness, check_invariants
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from kraftlog.controller import api
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.controller.partition_change import TopicIdPartition
 from kraftlog.controller.state import ControllerState
+from tests.controller.harness import Harness, check_invariants
 
 BROKERS = st.integers(min_value=1, max_value=5)
 TOPICS = st.sampled_from(["t0", "t1", "t2"])

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from controller_harness import Harness, check_invariants
 
 from kraftlog.controller import api
 from kraftlog.error_codes import ErrorCode
+from tests.controller.harness import Harness, check_invariants
 
 
 @pytest.fixture

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from controller_harness import Harness, check_invariants
-
 from kraftlog.controller import api
 from kraftlog.controller.state import ControllerState
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage.uuid import Uuid
+from tests.controller.harness import Harness, check_invariants
 
 
 def test_brokers_topic_failure_recovery_and_reassignment() -> None:

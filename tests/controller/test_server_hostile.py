@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
-import proto_fuzz
 from google.protobuf import symbol_database
 
 from kraftlog.controller import driver, server
@@ -30,6 +29,7 @@ from kraftlog.metadata import records as mr
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.v1 import common_pb2, controller_pb2
+from tests import proto_fuzz
 
 T = TypeVar("T")
 CLUSTER_ID = "c1"

@@ -32,8 +32,6 @@ from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
-from ctl_sim import CTL_CONFIG, CtlFaultPlan, SimController, dump, dump_diff, run_seed
-from raft_sim import FaultPlan, InvariantFailure
 
 from kraftlog.controller import api, driver
 from kraftlog.controller.cluster_control import BrokerHeartbeatManager
@@ -53,6 +51,15 @@ from kraftlog.metadata.records import (
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.timeline.snapshot_registry import LATEST_EPOCH
+from tests.controller.ctl_sim import (
+    CTL_CONFIG,
+    CtlFaultPlan,
+    SimController,
+    dump,
+    dump_diff,
+    run_seed,
+)
+from tests.raft.sim import FaultPlan, InvariantFailure
 
 T = TypeVar("T")
 

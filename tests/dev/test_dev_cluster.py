@@ -10,9 +10,8 @@ from __future__ import annotations
 import pathlib
 import time
 
-from dev_cluster import DevCluster, kraftlog
-
 from kraftlog.dev import layout as lay
+from tests.dev_cluster import DevCluster, kraftlog
 
 
 def leader_of(cluster: DevCluster) -> str | None:

@@ -4,7 +4,6 @@ with raft's SnapshotWriter and loaded through the MetadataLoader gives it back t
 
 from __future__ import annotations
 
-import metadata_model as mm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +15,7 @@ from kraftlog.metadata import snapshot as ms
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft.consensus import CommittedBatch
 from kraftlog.raft.messages import OffsetAndEpoch
+from tests.metadata import model as mm
 
 SETTINGS = settings(max_examples=100, deadline=None)
 

@@ -3,7 +3,6 @@ and bytes that are not one known MetadataRecord are rejected naming the offset."
 
 from __future__ import annotations
 
-import metadata_model as mm
 import pytest
 from hypothesis import given, settings
 
@@ -12,6 +11,7 @@ from kraftlog.metadata import record_convert as rc
 from kraftlog.metadata import records as r
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import common_pb2, metadata_pb2
+from tests.metadata import model as mm
 
 TOPIC_ID = Uuid(bytes(range(16)))
 

@@ -38,8 +38,6 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
 
-from dev_cluster import DevCluster, kraftlog
-
 from kraftlog import client
 from kraftlog.admin import reassign_plan as rp
 from kraftlog.metadata import record_convert
@@ -52,6 +50,7 @@ from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.uuid import Uuid
+from tests.dev_cluster import DevCluster, kraftlog
 
 BROKERS = (101, 102, 103, 104)
 RACKS = {101: "r1", 102: "r1", 103: "r2", 104: "r2"}

@@ -18,9 +18,8 @@ import pytest
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
 
-from dev_cluster import kraftlog
-
 from kraftlog.pipeline import jobs_spark
+from tests.dev_cluster import kraftlog
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -42,7 +42,6 @@ import pytest
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
 # With pyspark installed, a missing pyarrow or Java is an error, not a skip (conftest.py).
 
-from dev_cluster import DevCluster
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -51,6 +50,7 @@ from kraftlog.pipeline import client_io, planning
 from kraftlog.pipeline.options import DataLossError
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2_grpc
+from tests.dev_cluster import DevCluster
 
 ROWS = 100_000
 PARTITIONS = 6
@@ -303,7 +303,7 @@ def _batch(base_offset: int, count: int) -> bytes:
 
 
 def _garbage(base_offset: int, count: int) -> bytes:
-    """A CRC-valid batch whose records section is not records (issue 17's offset 669)."""
+    """A CRC-valid batch whose records section is not records."""
     batch = bytearray(_batch(base_offset, count))
     size = len(batch) - rb.RECORDS_OFFSET
     batch[rb.RECORDS_OFFSET:] = (b"\xff\x13garbage" * size)[:size]

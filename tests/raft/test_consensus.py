@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from raft_harness import CLUSTER, CONFIG, Node, batch, elect, fetch, leader_of, run, vote
 
 from kraftlog.errors import InvariantViolation, NotLeaderError
 from kraftlog.ids import Epoch, NodeId
@@ -15,6 +14,7 @@ from kraftlog.raft.error_codes import ErrorCode
 from kraftlog.raft.memory_log import MemoryRaftLog
 from kraftlog.raft.quorum_state_store import ElectionState, MemoryQuorumStateStore
 from kraftlog.storage import record_batch as rb
+from tests.raft.harness import CLUSTER, CONFIG, Node, batch, elect, fetch, leader_of, run, vote
 
 K = consensus.RaftEventKind
 

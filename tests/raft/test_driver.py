@@ -14,8 +14,6 @@ from typing import Any
 
 import grpc
 import pytest
-from raft_harness import CLUSTER as SIM_CLUSTER  # type: ignore[import-not-found]
-from raft_harness import Node as SimNode
 
 from kraftlog.ids import Epoch
 from kraftlog.raft import consensus, driver, raft_log, transport
@@ -34,6 +32,8 @@ from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.raft.storage_log import StorageRaftLog
 from kraftlog.storage import record_batch
 from kraftlog.v1 import common_pb2, raft_pb2, raft_pb2_grpc
+from tests.raft.harness import CLUSTER as SIM_CLUSTER  # type: ignore[import-not-found]
+from tests.raft.harness import Node as SimNode
 
 CLUSTER = "driver-test-cluster"
 CONFIG = RaftConfig(election_timeout_ms=300, election_backoff_max_ms=300, fetch_timeout_ms=600,
@@ -519,8 +519,8 @@ def rb_batch(*values: bytes) -> bytes:
 
 def test_forged_votes_over_grpc_neither_crash_nor_unseat_the_leader(
         tmp_path: pathlib.Path) -> None:
-    """Issue 17's raw-gRPC findings on a live three-node quorum: a Vote naming the receiver
-    as candidate ended the process (InvariantViolation); the same Vote in a real voter's
+    """Raw gRPC calls that once did harm, on a live three-node quorum: a Vote naming the
+    receiver as candidate ended the process (InvariantViolation); the same Vote in a real voter's
     name made the leader resign; undecodable bytes were answered UNKNOWN with a traceback."""
     async def scenario(root: pathlib.Path) -> None:
         nodes = await start_cluster(root)

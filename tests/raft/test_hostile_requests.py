@@ -1,6 +1,6 @@
 """The raft core refuses requests that no correct peer sends, and leaves its state as it was.
 
-Found by raw gRPC calls against a dev cluster (issue 17): a Vote naming the receiver as
+Found by raw gRPC calls against a dev cluster: a Vote naming the receiver as
 candidate crashed it with an InvariantViolation; a Vote in a real voter's name made the
 active controller step down. Every test here drives :class:`RaftClient` by hand (no
 simulator) and checks the answer's error code and that the role, the epoch and the
@@ -15,13 +15,13 @@ import itertools
 import logging
 
 import pytest
-from raft_harness import CLUSTER, CONFIG, Node, elect, fetch, vote
 
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft import messages as m
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.error_codes import ErrorCode
+from tests.raft.harness import CLUSTER, CONFIG, Node, elect, fetch, vote
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,9 @@ import signal
 import time
 
 from grpc_health.v1 import health_pb2
-from quorum_cluster import (
+
+from kraftlog.v1 import raft_pb2
+from tests.quorum_cluster import (
     CLUSTER_ID,
     FAILOVER_BOUND_S,
     NODES,
@@ -26,8 +28,6 @@ from quorum_cluster import (
     kraftlog,
     wait_for,
 )
-
-from kraftlog.v1 import raft_pb2
 
 
 def test_three_controllers_elect_commit_fail_over_and_catch_up(tmp_path: pathlib.Path) -> None:

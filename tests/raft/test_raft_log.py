@@ -486,7 +486,7 @@ def test_storage_format_directory_opens_with_its_bootstrap_file(tmp_path: pathli
 # -- the raft client over real directories ------------------------------------------------------
 
 def test_three_node_cluster_elects_commits_and_restarts_on_disk(tmp_path: pathlib.Path) -> None:
-    from raft_harness import Node, leader_of, run
+    from tests.raft.harness import Node, leader_of, run
 
     def storage(node_id: int) -> StorageRaftLog:
         return StorageRaftLog.open(tmp_path / f"node-{node_id}" / "__cluster_metadata-0",
@@ -526,7 +526,7 @@ def test_three_node_cluster_elects_commits_and_restarts_on_disk(tmp_path: pathli
 
 
 def test_empty_follower_on_disk_fetches_the_snapshot_and_keeps_it(tmp_path: pathlib.Path) -> None:
-    from raft_harness import Node, leader_of, run
+    from tests.raft.harness import Node, leader_of, run
 
     def storage(node_id: int) -> StorageRaftLog:
         return StorageRaftLog.open(tmp_path / f"node-{node_id}" / "__cluster_metadata-0",

@@ -1,6 +1,6 @@
 """Seeded cluster simulation of the raft core: safety after every event, liveness after healing.
 
-CI mode runs ``KRAFTLOG_SIM_SEEDS`` seeds (default 2,000, as issue 3 asks: ~2 minutes on the shared
+CI mode runs ``KRAFTLOG_SIM_SEEDS`` seeds (default 2,000: ~2 minutes on the shared
 2-core box); set it higher for a soak. A failure prints a one-line replay command:
 
     KRAFTLOG_SIM_SEED=N .venv/bin/python -m pytest tests/raft/test_simulation.py -k replay
@@ -15,12 +15,12 @@ import os
 import time
 
 import pytest
-from raft_sim import FaultPlan, InvariantFailure, run_seed
 
 from kraftlog.errors import KraftlogError
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft.memory_log import MemoryRaftLog
+from tests.raft.sim import FaultPlan, InvariantFailure, run_seed
 
 DEFAULT_SEEDS = 2000
 SEEDS = int(os.environ.get("KRAFTLOG_SIM_SEEDS", DEFAULT_SEEDS))

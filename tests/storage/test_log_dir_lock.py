@@ -1,6 +1,6 @@
 """The ``.lock`` in every data dir: a second process on a live node's dirs exits at once, touching nothing.
 
-The issue's scenario: a second broker started by mistake on broker-101's config recovered the
+The scenario guarded against: a second broker started by mistake on broker-101's config recovered the
 live broker's logs and rewrote ``keep-0``'s index and leader-epoch checkpoint before it failed
 to bind its port. Here the second process is a real ``kraftlog broker`` / ``kraftlog
 controller``; the first is a real broker too, or a small process that only holds the lock.
@@ -16,12 +16,12 @@ import sys
 import time
 
 import pytest
-from quorum_cluster import free_ports
 
 from kraftlog.storage import leader_epoch, log_dir_lock
 from kraftlog.storage import log as storage_log
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
+from tests.quorum_cluster import free_ports
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"
 START_TIMEOUT_S = 30.0

@@ -111,13 +111,13 @@ def test_a_bad_crc_magic_or_partial_batch_is_corrupt_message() -> None:
 
 
 def test_garbage_records_behind_a_valid_crc_are_invalid_record() -> None:
-    # The offset 669: CRC-valid bytes that are no records at all.
+    # CRC-valid bytes that are no records at all.
     rejection = refused(seal(bytes(range(7, 207)), count=5), ErrorCode.INVALID_RECORD)
     assert rejection.record_errors and rejection.message.startswith("batch 0 (at byte 0)")
 
 
 def test_lz4_flag_over_bytes_that_are_not_lz4_is_corrupt_message() -> None:
-    # The offset 670.
+    # Valid records under an lz4 flag: the section is not lz4.
     section = b"".join(record(i) for i in range(3))
     rejection = refused(seal(section, count=3, codec=rb.CompressionType.LZ4), ErrorCode.CORRUPT_MESSAGE)
     assert "LZ4" in rejection.message

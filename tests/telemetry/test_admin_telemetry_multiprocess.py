@@ -18,12 +18,12 @@ import urllib.request
 
 import grpc
 import pytest
-from otlp_receiver import OtlpReceiver, ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_cluster import SESSION, Cluster, free_ports, wait_for
 
 from kraftlog.admin import admin_client as ac
 from kraftlog.v1 import common_pb2
+from tests.quorum_cluster import SESSION, Cluster, free_ports, wait_for
+from tests.telemetry.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 SERVER, CLIENT = 2, 3  # OTLP span kinds
 

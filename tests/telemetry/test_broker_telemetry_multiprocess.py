@@ -19,12 +19,20 @@ import time
 import urllib.request
 
 import pytest
-from otlp_receiver import OtlpReceiver, ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_cluster import BROKERS, SESSION, Brokers, Cluster, free_ports, wait_for
 
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, common_pb2
+from tests.quorum_cluster import (
+    BROKERS,
+    NODES,
+    Brokers,
+    Topic,
+    free_ports,
+    running_cluster,
+    wait_for,
+)
+from tests.telemetry.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 TOPIC = "traced"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -57,31 +65,13 @@ def test_broker_kill_links_election_to_become_leader_and_metrics_fit(
         for key, value in receiver.env().items():
             monkeypatch.setenv(key, value)  # every child inherits them
         monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "200")
-        cluster = Cluster(tmp_path / "controllers", extra=SESSION)
-        brokers = Brokers(tmp_path, cluster)
-        ports = free_ports(len(cluster.ports) + len(BROKERS))
-        metrics_port = dict(zip([*cluster.ports, *BROKERS], ports, strict=True))
-        for node in cluster.ports:
-            with cluster.config(node).open("a") as config:
-                config.write(f"kraftlog.metrics.port={metrics_port[node]}\n"
-                             "kraftlog.metrics.host=127.0.0.1\n")
-        for broker in BROKERS:
-            with (tmp_path / f"broker-{broker}.properties").open("a") as config:
-                config.write(f"kraftlog.metrics.port={metrics_port[broker]}\n"
-                             "kraftlog.metrics.host=127.0.0.1\n")
-
-        def logs() -> str:
-            return cluster.logs() + "\n" + brokers.logs()
-
-        try:
-            for node in cluster.ports:
-                cluster.start(node)
-            for broker in BROKERS:
-                brokers.start(broker)
-            wait_for(lambda: True if all(brokers.serving(b) for b in BROKERS) else None,
-                     timeout_s=25, what="brokers registered and unfenced", details=logs)
-            wait_for(lambda: cluster.create_topic(TOPIC), timeout_s=10, what="topic created")
-
+        metrics_port = dict(zip([*NODES, *BROKERS], free_ports(len(NODES) + len(BROKERS)),
+                                strict=True))
+        with running_cluster(tmp_path, topics=[Topic(name=TOPIC)], serving_timeout_s=25,
+                             node_config=lambda node: {
+                                 "kraftlog.metrics.port": metrics_port[node],
+                                 "kraftlog.metrics.host": "127.0.0.1"}) as running:
+            cluster, brokers = running.controllers, running.brokers
             def leader_span(spans: list[ReceivedSpan]) -> ReceivedSpan | None:
                 return next((s for s in spans if s.name == "broker.become_leader"
                              and s.attributes.get("topic") == TOPIC), None)
@@ -94,7 +84,7 @@ def test_broker_kill_links_election_to_become_leader_and_metrics_fit(
             deadline = time.monotonic() + 10
             while produced < 30:
                 # acks=all waits for the followers to join the ISR; retry until they did.
-                assert time.monotonic() < deadline, logs()
+                assert time.monotonic() < deadline, "acks=all produce kept failing"
                 if produce(brokers, leader, 10) == common_pb2.NONE:
                     produced += 10
                 else:
@@ -142,7 +132,7 @@ def test_broker_kill_links_election_to_become_leader_and_metrics_fit(
 
             deadline = time.monotonic() + 10
             while produce(brokers, new_leader, 10) != common_pb2.NONE:
-                assert time.monotonic() < deadline, logs()
+                assert time.monotonic() < deadline, "the new leader kept refusing produce"
                 time.sleep(0.1)
 
             # -- metrics ---------------------------------------------------------------------
@@ -226,7 +216,4 @@ def test_broker_kill_links_election_to_become_leader_and_metrics_fit(
                     "kraftlog_broker_isr_expands_total", ())] >= 1 and got[(
                     "kraftlog_broker_under_replicated_partitions", ())] == 0 else None
 
-            wait_for(rejoined, timeout_s=20, what="the old leader back in the ISR", details=logs)
-        finally:
-            brokers.kill_all()
-            cluster.kill_all()
+            wait_for(rejoined, timeout_s=20, what="the old leader back in the ISR")

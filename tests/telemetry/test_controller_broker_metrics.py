@@ -1,4 +1,4 @@
-"""Controller and broker metric groups (issue 7 §2): counts read off a metadata image, event
+"""Controller and broker metric groups: counts read off a metadata image, event
 timings, the broker's partition gauges, request and ISR counters, throttle rates — rendered
 under their Kafka-like names and parsed back as a scraper would."""
 

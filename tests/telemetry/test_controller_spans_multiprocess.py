@@ -15,10 +15,10 @@ import uuid
 
 import grpc
 import pytest
-from otlp_receiver import OtlpReceiver, ReceivedSpan
-from quorum_cluster import CLUSTER_ID, NODES, Cluster, wait_for
 
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
+from tests.quorum_cluster import CLUSTER_ID, NODES, Cluster, wait_for
+from tests.telemetry.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 BROKERS = (101, 102)
 

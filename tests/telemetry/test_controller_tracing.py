@@ -1,4 +1,4 @@
-"""Controller spans (issue 7 §1 Controller): the decisions read off the records the active
+"""Controller spans: the decisions read off the records the active
 controller writes — partition leader elections with their reason, ISR changes, fenced brokers,
 reassignments from submission to completion — and the spans the tracer makes of them, ended
 at commit or marked reverted when leadership is lost."""

@@ -1,4 +1,4 @@
-"""Data-path spans and election links (issue 7 §1 Broker): the default sampler keeps every
+"""Data-path spans and election links: the default sampler keeps every
 control-plane root and a ratio of Produce/Fetch roots; the data-path interceptor runs
 Produce/Fetch inside a SERVER span (continuing a client's context) and times them; spans
 started with derived ids can be linked to from another process."""

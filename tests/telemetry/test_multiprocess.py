@@ -1,7 +1,7 @@
 """Three ``kraftlog controller`` processes export their spans to a real OTLP receiver in this
 process: the startup election and the election after a kill -9 of the leader are each one
-``raft.election`` trace whose spans come from more than one process, carrying the attributes
-issue 7 asks for; every metrics endpoint scrapes and parses. Bounded: every wait has a
+``raft.election`` trace whose spans come from more than one process, carrying the election's
+attributes; every metrics endpoint scrapes and parses. Bounded: every wait has a
 deadline and every child is killed in a ``finally``.
 """
 
@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
-from otlp_receiver import OtlpReceiver, ReceivedSpan
 from prometheus_client.parser import text_string_to_metric_families
-from quorum_cluster import free_ports
 
 from kraftlog.raft import transport
 from kraftlog.v1 import raft_pb2
+from tests.quorum_cluster import free_ports
+from tests.telemetry.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 pytestmark = pytest.mark.slow
 

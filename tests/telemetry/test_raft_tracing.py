@@ -1,5 +1,5 @@
-"""RaftTracer turns scripted raft events into the election, vote and leader-change spans of
-issue 7 §1 (in memory; the multi-process test checks the same across real processes)."""
+"""RaftTracer turns scripted raft events into election, vote and leader-change spans
+(in memory; the multi-process test checks the same across real processes)."""
 
 from __future__ import annotations
 

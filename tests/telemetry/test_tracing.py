@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from opentelemetry import trace
-from otlp_receiver import OtlpReceiver
 
 from kraftlog import errors
 from kraftlog.telemetry import tracing
+from tests.telemetry.otlp_receiver import OtlpReceiver
 
 OTEL_VARS = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT",
              "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",

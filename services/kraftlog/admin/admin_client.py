@@ -1,4 +1,4 @@
-"""AdminClient: the typed asyncio client of the AdminService (issue 6 §1-2).
+"""AdminClient: the typed asyncio client of the AdminService (Kafka's Admin, KIP-117).
 
 Owns :class:`AdminClient`, its input values (:class:`NewTopic`, :class:`NewPartitions`,
 :class:`ConfigResource`, :class:`ConfigChange`) and the :class:`AdminError` tree. Used

@@ -1,4 +1,4 @@
-"""AdminService over gRPC: the stateless front door to a kraftlog cluster (issue 6 §1).
+"""AdminService over gRPC: the stateless front door to a kraftlog cluster.
 
 Owns :class:`ClusterLocator` (finds the active controller, the raft leader and the
 brokers, and retries across their changes) and :class:`AdminServicer` (every RPC of

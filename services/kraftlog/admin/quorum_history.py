@@ -2,7 +2,7 @@
 
 Owns :func:`build_history`, which turns the bytes of a ``__cluster_metadata-0``
 directory's ``*.log`` segments and ``*.checkpoint`` snapshots into a
-:class:`QuorumHistory` (issue 7 §4), and the text and JSON renderings of it.
+:class:`QuorumHistory`, and the text and JSON renderings of it.
 Every epoch a leader won starts with a LeaderChange control record (KIP-595):
 it names the leader, the voters and the voters that granted the vote, and its
 batch timestamp says when the leader took over. The batches that follow carry

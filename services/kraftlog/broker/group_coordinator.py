@@ -1,8 +1,8 @@
 """The broker's group coordinator for committed offsets: ownership, loading, validation (pure core).
 
 Owns which ``__consumer_offsets`` partitions this broker coordinates and in what
-state, the way Kafka's group coordinator runtime does (seed 001's group
-immigration / emigration)::
+state, the way Kafka's group coordinator does (``GroupCoordinator.onElection`` /
+``onResignation`` when a broker gains or loses an offsets partition's leadership)::
 
     (not owned) --become leader (epoch e)--> LOADING(e) --log replayed--> ACTIVE(e)
     LOADING / ACTIVE --become follower, replica removed--> (not owned)   [unload]

@@ -10,7 +10,7 @@ Owns :class:`GroupCoordinatorDriver`, the edge around the pure
   ``cleanup.policy=compact``, ``compression.type=producer``,
   ``segment.bytes=offsets.topic.segment.bytes``) and answers COORDINATOR_NOT_AVAILABLE
   until the partition has a leader;
-* immigration / emigration (seed 001): a metadata publisher that wakes the task, which
+* Kafka's ``onElection`` / ``onResignation``: a metadata publisher that wakes the task, which
   compares the ``__consumer_offsets`` partitions led here with those it owns (and every
   :data:`SYNC_INTERVAL_S`): a partition newly led is loaded (its log read from the log
   start to the log end in ``offsets.load.buffer.size`` reads, decoded and replayed in

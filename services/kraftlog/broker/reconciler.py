@@ -10,7 +10,7 @@ a Kubernetes operator on its spec). On every delta it takes
 * makes it leader (the fetcher for it stops) or follower (the fetcher restarts
   from the new leader when the leader or leader epoch changed); a stale delta
   (leader or partition epoch below ours) is ignored by the partition itself,
-  the LeaderAndIsr epoch fencing of seed 001;
+  the leader epoch fencing Kafka's ReplicaManager applies to a LeaderAndIsr request;
 * deletes a replica the metadata removed (topic deleted or reassigned away):
   OnlineReplica -> OfflineReplica -> ReplicaDeletionStarted -> ReplicaDeletionSuccessful
   -> NonExistentReplica, or ReplicaDeletionIneligible when the log cannot be

@@ -1,7 +1,7 @@
 """The broker's partitions and their data path (the pure part of Kafka's ReplicaManager).
 
 Owns the map ``TopicPartition -> Partition`` of replicas hosted here, each
-replica's :class:`ReplicaState` (seed 003's replica state machine, shown in
+replica's :class:`ReplicaState` (the states of Kafka's ReplicaStateMachine, shown in
 logs and DescribeLogDirs), the produce and fetch fan-out with an error per
 partition, the delayed produce / fetch / DeleteRecords purgatories, the collection of pending
 AlterPartition proposals, ISR expiry, the high watermarks for

@@ -694,7 +694,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             broker_pb2.DeleteRecordsResponse.DeleteRecordsTopicResult(name=name, partitions=parts)
             for name, parts in by_topic.items()], error=error_proto(ErrorCode.NONE))
 
-    # -- not served yet (issue 5 §5) -------------------------------------------------------------
+    # -- not served yet: FetchStream -------------------------------------------------------------
 
     async def _unimplemented(self, rpc: str, context: Any) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED,

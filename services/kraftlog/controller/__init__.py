@@ -1,6 +1,6 @@
 """The quorum controller's pure core: managers that turn requests into metadata records.
 
-Issue 4 §4, in the shape of Kafka's ``org.apache.kafka.controller``: each write
+In the shape of Kafka's ``org.apache.kafka.controller``: each write
 operation reads the current (uncommitted) timeline state and returns a
 :class:`~kraftlog.controller.result.ControllerResult` (records + response)
 without changing anything; :meth:`~kraftlog.controller.state.ControllerState.replay`

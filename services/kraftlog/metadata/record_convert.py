@@ -16,8 +16,8 @@ Bad bytes (unparseable protobuf, an unset oneof, an enum number this version
 does not know) raise :class:`~kraftlog.errors.CorruptRecordError` naming the
 record's log offset: committed metadata is trusted, so this is corruption.
 
-Decoding is on the snapshot-load path (100,000 partitions in well under 5 s,
-issue 4 §8), hence the per-type dispatch tables and the Uuid cache: a snapshot
+Decoding is on the snapshot-load path (a snapshot of 100,000 partitions loads in well
+under 5 s; bench/metadata.py measures it), hence the per-type dispatch tables and the Uuid cache: a snapshot
 repeats each topic id once per partition.
 """
 

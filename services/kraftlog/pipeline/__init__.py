@@ -1,4 +1,4 @@
-"""kraftlog's data pipeline: the ``kraftlog`` PySpark data source (issue 8).
+"""kraftlog's data pipeline: the ``kraftlog`` PySpark data source (Python Data Source API).
 
 The public face::
 

@@ -1,5 +1,5 @@
 """Controller decisions as OpenTelemetry spans, derived from the records the active controller
-writes (issue 7 §1 Controller).
+writes.
 
 Owns two things:
 

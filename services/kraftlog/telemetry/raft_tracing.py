@@ -1,4 +1,4 @@
-"""Raft elections and leader changes as OpenTelemetry spans (issue 7 §1, DESIGN.md §3).
+"""Raft elections and leader changes as OpenTelemetry spans (one trace per election).
 
 Owns :class:`RaftTracer`, the :class:`kraftlog.raft.driver.RaftObserver` that the
 controller process injects into its raft driver. The core emits plain

@@ -1,4 +1,4 @@
-"""Timeline (MVCC) data structures for the quorum controller (issue 4 §2).
+"""Timeline (MVCC) data structures for the quorum controller (Kafka's org.apache.kafka.timeline).
 
 The controller replays each record it appends into these structures at once,
 snapshots them at the record's offset, reads committed state at the last

@@ -2,7 +2,7 @@
 
 Owns the ordered set of snapshot epochs and the list of structures
 (``Revertable``) that take part in them. The quorum controller (single
-threaded, issue 4 §3) is the caller: after replaying the records it appended
+threaded: one event queue, as Kafka's QuorumController) is the caller: after replaying the records it appended
 at offset ``o`` it calls ``get_or_create_snapshot(o)``; when ``o`` commits it
 calls ``delete_snapshots_up_to(o)`` so history is kept only for uncommitted
 offsets; when it loses leadership it calls ``revert_to_snapshot(committed)``;

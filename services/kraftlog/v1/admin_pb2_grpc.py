@@ -225,7 +225,7 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def QuorumHistory(self, request, context):
-        """Leader changes of the metadata quorum over time (issue 7 §4).
+        """Leader changes of the metadata quorum over time (its LeaderChange records).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -57,7 +57,7 @@ class _ReplicaStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReplicaS
     """Not hosted here."""
 
 class ReplicaState(_ReplicaState, metaclass=_ReplicaStateEnumTypeWrapper):
-    """Seed 003's replica states, reported per replica by DescribeLogDirs so an
+    """The states of Kafka's ReplicaStateMachine, reported per replica by DescribeLogDirs so an
     operator sees where each replica is in its lifecycle.
     """
 

@@ -1,0 +1,1 @@
+"""Tests of the benchmarks in bench/, run at tiny sizes."""

@@ -1,0 +1,1 @@
+"""Tests of kraftlog dev, the local cluster launcher."""
