@@ -33,6 +33,15 @@ NOT_LEADER_OR_FOLLOWER (not leader, or being deleted), and those of
 :class:`~kraftlog.broker.partition.Partition`. A bad ``acks`` answers
 INVALID_REQUIRED_ACKS on every partition.
 
+Idle cost (issue 16): work follows change, not the number of partitions. A change of
+one partition wakes only the requests waiting on it, and each looks only at that
+partition (:mod:`kraftlog.broker.purgatory`); a role change that changes nothing (a
+periodic reconcile) wakes nobody; a waiting fetch that expires re-reads only the
+partitions that changed while it waited and answers the others from its first read
+(fresh log start offsets); :meth:`ReplicaManager.poll` checks ISRs for lagging
+followers every ``replica.lag.time.max.ms / 2`` (Kafka's isr-expiration task) and
+otherwise only the leaders whose high watermark is behind their log end.
+
 Log directory failure (Kafka's LogDirFailureChannel): an ``OSError`` from a
 replica's log (append, read, truncation, role change, retention, flush) takes the
 whole log directory offline (:meth:`ReplicaManager.handle_storage_error`): every
@@ -47,6 +56,7 @@ directories (the reconciler does); block. Single-threaded: one owner calls it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import os
@@ -178,6 +188,9 @@ class ReplicaManager:
         self._next_op_id = 1
         self._completed_produces: list[CompletedProduce] = []
         self._completed_fetches: list[CompletedFetch] = []
+        # A waiting fetch's first read (op id -> answers): what it answers with, for the
+        # partitions that did not change, when it expires.
+        self._first_reads: dict[int, dict[TopicPartition, FetchPartitionResponse]] = {}
         # The latest time a caller gave: re-reads of completed fetches run at it.
         self._now_ms = 0
         self._offline_dirs: dict[str, str] = {}
@@ -185,6 +198,16 @@ class ReplicaManager:
         # fetch expands, poll shrinks, a retryable answer), cleared when they are taken. Lets the
         # server wake the AlterPartition sender only then, not after every request.
         self._alter_ready = False
+        # Leaders whose high watermark may move with time alone or is behind their log end:
+        # the only partitions poll() looks at between two ISR checks. A superset: poll drops
+        # those that are settled (high watermark at the log end) or no longer lead.
+        self._hw_behind: set[TopicPartition] = set()
+        # Kafka's isr-expiration task: every replica.lag.time.max.ms / 2 (the smallest of the
+        # hosted partitions'), poll() looks at every leader's ISR.
+        self._isr_check_interval_ms = partition_mod.DEFAULT_REPLICA_LAG_TIME_MAX_MS // 2
+        self._next_isr_check_ms = 0
+        self.isr_checks = 0
+        """Full ISR passes over every leader so far (tests, metrics)."""
 
     # ================================================================== partitions and replica states
 
@@ -195,6 +218,8 @@ class ReplicaManager:
             raise InvariantViolation(f"broker={self.broker_id} partition {tp} is already hosted here")
         self._partitions[tp] = partition
         self._states[tp] = ReplicaState.NON_EXISTENT_REPLICA
+        self._isr_check_interval_ms = max(1, min(self._isr_check_interval_ms,
+                                                 partition.config.replica_lag_time_max_ms // 2))
         self.transition_replica(tp, ReplicaState.NEW_REPLICA)
 
     def get_partition(self, tp: TopicPartition) -> partition_mod.Partition | None:
@@ -227,6 +252,7 @@ class ReplicaManager:
         self.transition_replica(tp, ReplicaState.NON_EXISTENT_REPLICA)
         partition = self._partitions.pop(tp)
         del self._states[tp]
+        self._hw_behind.discard(tp)
         self._complete_waiting(tp)
         return partition
 
@@ -264,6 +290,8 @@ class ReplicaManager:
 
     def is_offline(self, tp: TopicPartition) -> bool:
         """The replica's log directory is offline."""
+        if not self._offline_dirs:
+            return False  # the common case, asked for every partition every few seconds
         partition = self._partitions.get(tp)
         return partition is not None and log_dir_of(partition) in self._offline_dirs
 
@@ -285,18 +313,26 @@ class ReplicaManager:
         """:meth:`Partition.make_leader` on a hosted replica, then answers what that settles."""
         self._now_ms = now_ms
         partition = self._require(tp)
+        before = _role_of(partition)
         became = partition.make_leader(leader_epoch=leader_epoch, partition_epoch=partition_epoch,
                                        replicas=replicas, isr=isr, now_ms=now_ms)
-        self._complete_waiting(tp)
+        if _role_of(partition) != before:
+            # Only a real change can answer a waiting request (a periodic reconcile of a
+            # converged leader changes nothing, and must not wake its waiting fetches).
+            self._hw_behind.add(tp)
+            self._complete_waiting(tp)
         return became
 
     def make_follower(self, tp: TopicPartition, *, leader_id: int, leader_epoch: int, partition_epoch: int,
                       replicas: Iterable[int]) -> bool:
         """:meth:`Partition.make_follower`; waiting produces answer NOT_LEADER_OR_FOLLOWER."""
         partition = self._require(tp)
+        before = _role_of(partition)
         restart = partition.make_follower(leader_id=leader_id, leader_epoch=leader_epoch,
                                           partition_epoch=partition_epoch, replicas=replicas)
-        self._complete_waiting(tp)
+        if _role_of(partition) != before:
+            self._hw_behind.discard(tp)
+            self._complete_waiting(tp)
         return restart
 
     def _require(self, tp: TopicPartition) -> partition_mod.Partition:
@@ -346,6 +382,7 @@ class ReplicaManager:
                 error=ErrorCode.NONE, base_offset=info.first_offset, log_append_time_ms=info.log_append_time_ms,
                 log_start_offset=info.log_start_offset)
             required[tp] = info.last_offset + 1
+            self._hw_behind.add(tp)
             # New data for followers (and, if the HW moved, consumers and produces) waiting on it.
             self._complete_waiting(tp)
         if required_acks != -1 or not required:
@@ -376,7 +413,9 @@ class ReplicaManager:
         fetch waits for ``min_bytes`` or ``max_wait_ms`` and then reads again.
         """
         self._now_ms = now_ms
-        responses, metadata = self._read(params, partitions, now_ms=now_ms, update_fetch_state=True)
+        throttled: set[TopicPartition] = set()
+        responses, metadata = self._read(params, partitions, now_ms=now_ms, update_fetch_state=True,
+                                         throttled=throttled)
         readable = sum(len(r.records) for r in responses.values())
         answer_now = (params.max_wait_ms <= 0 or not partitions or readable >= params.min_bytes
                       or any(r.error is not ErrorCode.NONE or r.diverging_epoch is not None
@@ -388,10 +427,15 @@ class ReplicaManager:
             op_id=self._new_op_id(), deadline_ms=now_ms + params.max_wait_ms, params=params,
             partitions={tp: purgatory.FetchPartitionStatus(fetch_offset_metadata=metadata[tp], request=request)
                         for tp, request in partitions.items()})
-        if self._fetch_purgatory.try_complete_else_watch(op):
+        if readable == 0 and not throttled:
+            # The read just found no bytes in any partition, which is what the first check
+            # would find again: watch it without probing every partition a second time.
+            self._fetch_purgatory.watch(op)
+        elif self._fetch_purgatory.try_complete_else_watch(op):
             responses = self._read(params, partitions, now_ms=now_ms, update_fetch_state=False)[0]
             self._record_replication(params, responses, now_ms)
             return FetchOutcome(responses=responses)
+        self._first_reads[op.op_id] = responses
         return FetchOutcome(responses=None, delayed_op_id=op.op_id)
 
     def _should_leader_throttle(self, tp: TopicPartition, partition: partition_mod.Partition,
@@ -412,8 +456,9 @@ class ReplicaManager:
 
     def _read(self, params: purgatory.FetchParams,
               partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest], *, now_ms: int,
-              update_fetch_state: bool) -> tuple[dict[TopicPartition, FetchPartitionResponse],
-                                                 dict[TopicPartition, storage_log.LogOffsetMetadata]]:
+              update_fetch_state: bool, throttled: set[TopicPartition] | None = None
+              ) -> tuple[dict[TopicPartition, FetchPartitionResponse],
+                         dict[TopicPartition, storage_log.LogOffsetMetadata]]:
         # Kafka's readFromLog: partitions share max_bytes in request order; only the
         # first partition with data may exceed its bound (one whole batch), so a
         # consumer always progresses.
@@ -430,16 +475,18 @@ class ReplicaManager:
             hw_before = partition.high_watermark
             # A throttled partition is read for nothing (KIP-73: no records, no error): the
             # follower's fetch offset still counts, only the data waits for the quota.
-            throttled = self._should_leader_throttle(tp, partition, params, now_ms)
+            held = self._should_leader_throttle(tp, partition, params, now_ms)
+            if held and throttled is not None:
+                throttled.add(tp)
             try:
                 result = partition.read_records(
                     fetch_offset=request.fetch_offset,
-                    max_bytes=0 if throttled else max(0, min(request.partition_max_bytes, remaining)),
+                    max_bytes=0 if held else max(0, min(request.partition_max_bytes, remaining)),
                     isolation=isolation, now_ms=now_ms, replica_id=params.replica_id,
                     current_leader_epoch=request.current_leader_epoch,
                     last_fetched_epoch=request.last_fetched_epoch,
                     follower_log_start_offset=request.log_start_offset,
-                    min_one_message=min_one_message and not throttled,
+                    min_one_message=min_one_message and not held,
                     update_fetch_state=update_fetch_state)
             except OSError as exc:
                 self.handle_storage_error(tp, exc)
@@ -461,6 +508,8 @@ class ReplicaManager:
                 if partition.high_watermark != hw_before:
                     # A follower's progress may settle waiting produces and consumer fetches.
                     self._complete_waiting(tp)
+                if partition.high_watermark < result.log_end_offset:
+                    self._hw_behind.add(tp)
                 if partition.has_alter_partition_request_to_send:
                     self._alter_ready = True  # the follower caught up: ISR expansion proposed
         return responses, metadata
@@ -494,10 +543,47 @@ class ReplicaManager:
     def _answer_fetch(self, fetch: purgatory.DelayedFetch) -> None:
         # Kafka's DelayedFetch.onComplete: read again, without counting it as
         # the follower's progress a second time.
-        responses, _ = self._read(fetch.params, fetch.requests(), now_ms=self._now_ms,
-                                  update_fetch_state=False)
+        first = self._first_reads.pop(fetch.op_id, None)
+        requests = fetch.requests()
+        if first is None:
+            responses, _ = self._read(fetch.params, requests, now_ms=self._now_ms, update_fetch_state=False)
+        else:
+            responses = self._reread_changed(fetch, requests, first)
         self._record_replication(fetch.params, responses, self._now_ms)
         self._completed_fetches.append(CompletedFetch(op_id=fetch.op_id, responses=responses))
+
+    def _reread_changed(self, fetch: purgatory.DelayedFetch,
+                        requests: Mapping[TopicPartition, purgatory.FetchPartitionRequest],
+                        first: Mapping[TopicPartition, FetchPartitionResponse]
+                        ) -> dict[TopicPartition, FetchPartitionResponse]:
+        """The answer of a fetch whose wait ended: its first read for every partition that did
+        not change meanwhile (no append, high watermark, role or state change: each of those
+        checks the waiting fetch on that partition, see the purgatory's cost model), read
+        again for the others. A partition that had bytes it did not return (throttled) is
+        read again too, and so is one whose high watermark is not the one the first read
+        answered (the first read itself may have moved it: a follower's progress). The log
+        start offset, which retention moves without a check, is always current."""
+        stale: dict[TopicPartition, purgatory.FetchPartitionRequest] = {}
+        for tp, request in requests.items():
+            response = first.get(tp)
+            partition = self._partitions.get(tp)
+            if (response is None or partition is None or tp in fetch.changed
+                    or fetch.available.get(tp, 0) > 0
+                    or partition.high_watermark != response.high_watermark):
+                stale[tp] = request
+        reread = self._read(fetch.params, stale, now_ms=self._now_ms, update_fetch_state=False)[0] \
+            if stale else {}
+        responses: dict[TopicPartition, FetchPartitionResponse] = {}
+        for tp in requests:  # request order: the partitions share max_bytes in it
+            response = reread.get(tp)
+            if response is None:
+                response = first[tp]
+                partition = self._partitions.get(tp)
+                if partition is not None and partition.log_start_offset != response.log_start_offset \
+                        and response.error is ErrorCode.NONE:
+                    response = dataclasses.replace(response, log_start_offset=partition.log_start_offset)
+            responses[tp] = response
+        return responses
 
     def take_completed(self) -> Completed:
         """Delayed requests answerable now, each exactly once, oldest first."""
@@ -521,22 +607,38 @@ class ReplicaManager:
         return min(deadlines) if deadlines else None
 
     def poll(self, now_ms: int) -> None:
-        """Expire waiting requests and shrink ISRs of lagging followers (the server calls it
-        at least every ``replica.lag.time.max.ms / 2``, as Kafka's isr-expiration task runs)."""
+        """Expire waiting requests; every ``replica.lag.time.max.ms / 2`` (Kafka's
+        isr-expiration task) shrink the ISRs of lagging followers; move the high watermarks
+        that time alone may release. Cheap when nothing changed: the server calls it often
+        (its poll interval, and whenever a deadline is due)."""
         self._now_ms = now_ms
         for produce in self._produce_purgatory.expire(now_ms):
             self._completed_produces.append(CompletedProduce(op_id=produce.op_id, responses=produce.responses()))
         for fetch in self._fetch_purgatory.expire(now_ms):
             self._answer_fetch(fetch)
-        for tp, partition in self._partitions.items():
-            if self._states[tp] in _SERVING_STATES and partition.is_leader:
-                partition.maybe_shrink_isr(now_ms)
-                if partition.has_alter_partition_request_to_send:
-                    self._alter_ready = True
-                # A follower outside the ISR that was caught up holds the HW back only
-                # for replica.lag.time.max.ms; time passing alone may release it.
-                if partition.maybe_increment_high_watermark(now_ms):
-                    self._complete_waiting(tp)
+        if now_ms >= self._next_isr_check_ms:
+            # Kafka's isr-expiration: every leader, every replica.lag.time.max.ms / 2.
+            self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
+            self.isr_checks += 1
+            for tp, partition in self._partitions.items():
+                if self._states[tp] in _SERVING_STATES and partition.is_leader:
+                    partition.maybe_shrink_isr(now_ms)
+                    if partition.has_alter_partition_request_to_send:
+                        self._alter_ready = True
+                    if partition.high_watermark < partition.log_end_offset:
+                        self._hw_behind.add(tp)
+        # A follower outside the ISR that was caught up holds the HW back only for
+        # replica.lag.time.max.ms; time passing alone may release it. Only leaders whose
+        # high watermark is behind their log end can move.
+        for tp in list(self._hw_behind):
+            leader = self._partitions.get(tp)
+            if leader is None or not leader.is_leader or self._states[tp] not in _SERVING_STATES:
+                self._hw_behind.discard(tp)
+                continue
+            if leader.maybe_increment_high_watermark(now_ms):
+                self._complete_waiting(tp)
+            if leader.high_watermark >= leader.log_end_offset:
+                self._hw_behind.discard(tp)
 
     # ================================================================== AlterPartition
 
@@ -544,8 +646,8 @@ class ReplicaManager:
     def alter_partition_requests_ready(self) -> bool:
         """:meth:`take_alter_partition_requests` may have something to hand out. Set by the
         calls here that can create or re-arm a proposal (a follower's fetch, :meth:`poll`, a
-        retryable answer); :meth:`poll` also looks at every leader, so a proposal made on a
-        partition directly is seen within one poll."""
+        retryable answer); :meth:`poll`'s ISR pass also looks at every leader, so a proposal
+        made on a partition directly is seen within ``replica.lag.time.max.ms / 2``."""
         return self._alter_ready
 
     def take_alter_partition_requests(self) -> list[partition_mod.AlterPartitionRequest]:
@@ -569,6 +671,7 @@ class ReplicaManager:
         outcome = partition.handle_alter_partition_response(request, error=error, result=result, now_ms=now_ms)
         if partition.has_alter_partition_request_to_send:
             self._alter_ready = True  # a retryable error: the same proposal goes again
+        self._hw_behind.add(tp)
         self._complete_waiting(tp)
         return outcome
 
@@ -578,6 +681,12 @@ class ReplicaManager:
         """``replication-offset-checkpoint`` contents: the high watermark of every serving replica."""
         return {tp: p.high_watermark for tp, p in sorted(self._partitions.items())
                 if self._states[tp] in _SERVING_STATES}
+
+
+def _role_of(partition: partition_mod.Partition) -> tuple[object, ...]:
+    """What a role change can change, compared before and after one (cheap: no copies)."""
+    return (partition.leader_id, partition.leader_epoch, partition.partition_epoch,
+            partition.replicas, partition.state)
 
 
 def log_dir_of(partition: partition_mod.Partition) -> str:
