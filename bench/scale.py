@@ -248,6 +248,7 @@ def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> di
                 [py_spy, "record", "--pid", str(brokers["broker-101"]), "--duration",
                  str(int(args.idle_s)), "--rate", "50", "--format", "raw", "--output", str(out),
                  "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        load0 = os.getloadavg()[0]
         wall0 = time.monotonic()
         brokers0 = {name: bb._proc_cpu_s(pid) for name, pid in brokers.items()}
         controllers0 = cpu_s(list(controllers.values()))
@@ -277,6 +278,7 @@ def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> di
                 "idle_broker_cpu_cores": round(sum(per_broker.values()), 3),
                 "idle_broker_cpu_cores_each": per_broker,
                 "idle_controller_cpu_cores": round(controllers_cores, 3),
+                "machine_load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 **health, "fencings": fences, "urp_after": urp_after,
                 "rss_mib": {name: rss_mib(pid) for name, pid in brokers.items()},
                 "brokers_alive": alive}
@@ -315,7 +317,8 @@ def main() -> None:
                   f"controllers={result['idle_controller_cpu_cores']} "
                   f"health_p50_ms={result['health_p50_ms']} health_p99_ms={result['health_p99_ms']} "
                   f"health_max_ms={result['health_max_ms']} fencings={result['fencings']} "
-                  f"urp_after={result['urp_after']} rss_mib={result['rss_mib']}", flush=True)
+                  f"urp_after={result['urp_after']} rss_mib={result['rss_mib']} "
+                  f"load_1m={result['machine_load_1m']}", flush=True)
     print(json.dumps({"bench": "scale", "load_avg_1m": round(os.getloadavg()[0], 2),
                       "results": results}))
 
