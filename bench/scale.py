@@ -122,6 +122,19 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def heartbeat_lateness_ms(cluster: DevCluster) -> float:
+    """The largest ``event=heartbeat_late lateness_ms=N`` in the brokers' logs (0: none was
+    later than the threshold the brokers log at, HEARTBEAT_LATE_MS)."""
+    worst = 0.0
+    for log in sorted(cluster.directory.glob("broker-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if "event=heartbeat_late" in line:
+                for field in line.split():
+                    if field.startswith("lateness_ms="):
+                        worst = max(worst, float(field.split("=", 1)[1]))
+    return worst
+
+
 def fence_count(cluster: DevCluster, offsets: dict[str, int] | None = None) -> tuple[int, dict[str, int]]:
     """``event=brokers_fenced`` lines in the controllers' logs past ``offsets`` (bytes)."""
     count = 0
@@ -281,7 +294,8 @@ def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> di
                 "machine_load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 **health, "fencings": fences, "urp_after": urp_after,
                 "rss_mib": {name: rss_mib(pid) for name, pid in brokers.items()},
-                "brokers_alive": alive}
+                "brokers_alive": alive,
+                "max_heartbeat_lateness_ms": heartbeat_lateness_ms(cluster)}
     finally:
         bb.step(f"{partitions} partitions: stop")
         bb.kill_dev_cluster(cluster)
@@ -318,7 +332,8 @@ def main() -> None:
                   f"health_p50_ms={result['health_p50_ms']} health_p99_ms={result['health_p99_ms']} "
                   f"health_max_ms={result['health_max_ms']} fencings={result['fencings']} "
                   f"urp_after={result['urp_after']} rss_mib={result['rss_mib']} "
-                  f"load_1m={result['machine_load_1m']}", flush=True)
+                  f"load_1m={result['machine_load_1m']} "
+                  f"max_heartbeat_lateness_ms={result['max_heartbeat_lateness_ms']}", flush=True)
     print(json.dumps({"bench": "scale", "load_avg_1m": round(os.getloadavg()[0], 2),
                       "results": results}))
 

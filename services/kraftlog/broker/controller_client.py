@@ -49,6 +49,9 @@ from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 logger = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = 0.1
+HEARTBEAT_LATE_MS = 100
+"""A heartbeat leaving later than this (or a tenth of the interval, if more) after its
+scheduled time is logged (``event=heartbeat_late``)."""
 
 
 class ControllerClient:
@@ -290,9 +293,9 @@ class BrokerLifecycle:
             if due_s is not None:
                 lateness_ms = (time.monotonic() - due_s) * 1000
                 self.max_heartbeat_lateness_ms = max(self.max_heartbeat_lateness_ms, lateness_ms)
-                if lateness_ms > self.heartbeat_interval_ms:
-                    logger.warning("broker=%d event=heartbeat_late lateness_ms=%d interval_ms=%d",
-                                   self.broker_id, lateness_ms, self.heartbeat_interval_ms)
+                if lateness_ms > max(HEARTBEAT_LATE_MS, self.heartbeat_interval_ms / 10):
+                    logger.info("broker=%d event=heartbeat_late lateness_ms=%d interval_ms=%d",
+                                self.broker_id, lateness_ms, self.heartbeat_interval_ms)
             offline = self._offline()
             request = controller_pb2.BrokerHeartbeatRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,

@@ -312,6 +312,10 @@ class ReplicaFetcher:
                 if self.states.get(tp) is not entry[0]:
                     continue  # removed or replaced while the Fetch was out
                 state, request = entry
+                if (not data.error.code and not data.HasField("diverging_epoch") and not data.records
+                        and state.handle_idle_answer(request, high_watermark=data.high_watermark,
+                                                     log_start_offset=data.log_start_offset)):
+                    continue  # nothing new for this partition (most of them, most of the time)
                 diverging = (partition_mod.EpochEndOffset(epoch=data.diverging_epoch.epoch,
                                                           end_offset=data.diverging_epoch.end_offset)
                              if data.HasField("diverging_epoch") else None)

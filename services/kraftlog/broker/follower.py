@@ -220,6 +220,25 @@ class FollowerFetchState:
             return FollowerOutcome(action=FollowerAction.FENCED, error=error)
         return self._back_off(error, now_ms, "leader answered an error")
 
+    def handle_idle_answer(self, request: FollowerFetchRequest, *, high_watermark: int,
+                           log_start_offset: int) -> bool:
+        """The fast path of :meth:`handle_fetch_response` for an answer without error, records
+        or diverging epoch that changes nothing here (the same high watermark, no log start
+        beyond ours): True when it was that and is handled; False to take the full path.
+
+        An idle broker gets such an answer for every followed partition twice a second
+        (issue 16), so it must cost no more than a few comparisons."""
+        p = self.partition
+        if (self.status is not FollowerStatus.FETCHING or request.current_leader_epoch != self.leader_epoch
+                or request.fetch_offset != p.log_end_offset or p.is_leader
+                or log_start_offset > p.log_start_offset):
+            return False
+        log_end = p.log_end_offset
+        if min(max(high_watermark, p.log_start_offset), log_end) != p.high_watermark:
+            return False
+        self.lag = max(0, high_watermark - log_end)
+        return True
+
     def _truncate_on_divergence(self, diverging: partition_mod.EpochEndOffset) -> FollowerOutcome:
         p = self.partition
         ours = p.end_offset_for_epoch(diverging.epoch)
