@@ -38,12 +38,12 @@ from typing import Any
 
 import grpc
 
+from kraftlog.broker import fetch_session, server
 from kraftlog.broker import follower as follower_mod
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
-from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
 from kraftlog.raft import transport
@@ -120,6 +120,8 @@ class ReplicaFetcher:
         self._stub_of_channel: broker_pb2_grpc.BrokerServiceStub | None = None
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        self.session = fetch_session.FetchSessionBuilder()
+        """This fetcher's fetch session with its source (KIP-227)."""
 
     def _where(self) -> str:
         return (f"broker={self.broker_id} fetcher_source={self.source_id} "
@@ -197,6 +199,7 @@ class ReplicaFetcher:
                 logger.exception("%s event=fetcher_error backoff_ms=%d", self._where(),
                                  self.config.fetch_backoff_ms)
                 self._call = None
+                self.session.reset()
                 await asyncio.sleep(backoff_s)
 
     async def _run_once(self, backoff_s: float) -> None:
@@ -241,11 +244,14 @@ class ReplicaFetcher:
         try:
             response = await self._fetch(stub, entries)
         except asyncio.CancelledError:
+            # The leader may or may not have seen the request: the session starts over.
+            self.session.reset()
             if self._call is not None and self._call.cancelled() and not self._is_cancelling():
                 self._call = None
                 return  # our own _kick: rebuild the request
             raise
         except grpc.aio.AioRpcError as exc:
+            self.session.reset()
             self._call = None
             if exc.code() is grpc.StatusCode.CANCELLED and self._changed.is_set():
                 return
@@ -260,9 +266,14 @@ class ReplicaFetcher:
         if self._failing:
             self._failing = False
             logger.info("%s event=fetch_recovered", self._where())
-        if response.error.code:
-            logger.info("%s event=fetch_failed error=%s", self._where(),
-                        ErrorCode(response.error.code).name)
+        error = ErrorCode(response.error.code)
+        self.session.handle_response(error=error, session_id=response.session_id)
+        if error in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            # The leader lost the session (restart, eviction): a full fetch opens a new one.
+            logger.info("%s event=fetch_session_reset error=%s", self._where(), error.name)
+            return
+        if error is not ErrorCode.NONE:
+            logger.info("%s event=fetch_failed error=%s", self._where(), error.name)
             await asyncio.sleep(backoff_s)
             return
         await self._apply(stub, entries, response)
@@ -276,8 +287,18 @@ class ReplicaFetcher:
                      entries: dict[TopicPartition, tuple[follower_mod.FollowerFetchState,
                                                          follower_mod.FollowerFetchRequest]]
                      ) -> broker_pb2.FetchResponse:
+        # KIP-227: in a session only the partitions whose request changed are listed (none on
+        # an idle round), and those no longer fetched are forgotten.
+        session = self.session.build({tp: request for tp, (_state, request) in entries.items()})
+        forgotten: dict[str, broker_pb2.FetchRequest.ForgottenTopic] = {}
+        for tp in session.forgotten:
+            gone = forgotten.get(tp.topic)
+            if gone is None:
+                gone = forgotten[tp.topic] = broker_pb2.FetchRequest.ForgottenTopic(topic=tp.topic)
+            gone.partitions.append(tp.partition)
         topics: dict[str, broker_pb2.FetchRequest.FetchTopic] = {}
-        for tp, (_state, request) in entries.items():
+        for tp in session.send:
+            request = entries[tp][1]
             topic = topics.get(tp.topic)
             if topic is None:
                 topic = topics[tp.topic] = broker_pb2.FetchRequest.FetchTopic(
@@ -291,7 +312,9 @@ class ReplicaFetcher:
         self._call = stub.Fetch(broker_pb2.FetchRequest(
             replica_id=self.broker_id, replica_epoch=self._broker_epoch(),
             max_wait_ms=config.fetch_wait_max_ms, min_bytes=config.fetch_min_bytes,
-            max_bytes=config.fetch_response_max_bytes, topics=list(topics.values())),
+            max_bytes=config.fetch_response_max_bytes, topics=list(topics.values()),
+            session_id=session.session_id, session_epoch=session.epoch,
+            forgotten_topics_data=list(forgotten.values())),
             timeout=(config.fetch_wait_max_ms + config.request_timeout_ms) / 1000)
         response: broker_pb2.FetchResponse = await self._call
         return response

@@ -893,7 +893,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                     # Never past the high watermark (followers may still need the data);
                     # the partition forgets producers whose batches all went.
                     try:
-                        partition.delete_old_segments(wall_ms())
+                        if partition.delete_old_segments(wall_ms()):
+                            manager.log_start_moved(tp)  # news for fetch sessions (KIP-227)
                     except OSError as exc:
                         manager.handle_storage_error(tp, exc)
             # Compaction (cleanup.policy=compact): planned and swapped in on this loop, which

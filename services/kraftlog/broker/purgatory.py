@@ -279,6 +279,8 @@ class FetchParams:
     max_bytes: int = 50 * 1024 * 1024
     isolation: partition_mod.FetchIsolation = partition_mod.FetchIsolation.HIGH_WATERMARK
     """For consumers; followers always read to the log end."""
+    replica_epoch: int = -1
+    """The follower's broker epoch (a fetch session is bound to it), -1 for consumers."""
 
     @property
     def is_from_follower(self) -> bool:

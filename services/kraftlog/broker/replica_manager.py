@@ -58,11 +58,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import heapq
 import logging
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kraftlog.broker import fetch_session as fs
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import purgatory
 from kraftlog.broker import replication_quota as rq
@@ -152,6 +154,12 @@ class FetchOutcome:
 
     responses: dict[TopicPartition, FetchPartitionResponse] | None
     delayed_op_id: int | None = None
+    session_id: int = 0
+    """The fetch session the answer belongs to (KIP-227), 0 for none."""
+    error: ErrorCode = ErrorCode.NONE
+    """A whole-request error (a fetch session's: FETCH_SESSION_ID_NOT_FOUND,
+    INVALID_FETCH_SESSION_EPOCH); ``responses`` is then empty."""
+    error_message: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +182,18 @@ class Completed:
     fetches: tuple[CompletedFetch, ...] = ()
 
 
+@dataclass(slots=True, kw_only=True)
+class _SessionWait:
+    """An incremental fetch waiting for news: its id, params and the news found so far."""
+
+    op_id: int
+    params: purgatory.FetchParams
+    news: dict[TopicPartition, FetchPartitionResponse]
+
+
+_NO_WAIT = _SessionWait(op_id=-1, params=purgatory.FetchParams(), news={})
+
+
 class ReplicaManager:
     """The partitions hosted on broker ``broker_id``. See the module docstring."""
 
@@ -191,6 +211,14 @@ class ReplicaManager:
         # A waiting fetch's first read (op id -> answers): what it answers with, for the
         # partitions that did not change, when it expires.
         self._first_reads: dict[int, dict[TopicPartition, FetchPartitionResponse]] = {}
+        self.fetch_sessions = fs.FetchSessionCache()
+        """Followers' incremental fetch sessions (KIP-227)."""
+        # A full fetch opening a session, waiting in the purgatory: op id -> session id (its
+        # answer is recorded in the session as sent).
+        self._op_sessions: dict[int, int] = {}
+        # Incremental fetches waiting for news, by session id; their deadlines in a heap.
+        self._session_waits: dict[int, _SessionWait] = {}
+        self._session_deadlines: list[tuple[int, int, int]] = []
         # The latest time a caller gave: re-reads of completed fetches run at it.
         self._now_ms = 0
         self._offline_dirs: dict[str, str] = {}
@@ -363,6 +391,7 @@ class ReplicaManager:
             if partition is None:
                 responses[tp] = purgatory.ProducePartitionResponse(error=error, error_message=message)
                 continue
+            self._note_session_followers(tp, partition)
             try:
                 result = partition.append_records_to_leader(batches, required_acks=required_acks,
                                                             now_ms=now_ms)
@@ -405,14 +434,178 @@ class ReplicaManager:
 
     def fetch_messages(self, params: purgatory.FetchParams,
                        partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest], *,
-                       now_ms: int) -> FetchOutcome:
+                       now_ms: int, session: fs.SessionRequest | None = None) -> FetchOutcome:
         """Read each partition; answer now or wait in the purgatory (Kafka's fetchMessages).
 
         Answers at once when ``max_wait_ms`` <= 0, nothing was asked, ``min_bytes``
         were read, any partition has an error or a diverging epoch; otherwise the
         fetch waits for ``min_bytes`` or ``max_wait_ms`` and then reads again.
+
+        A follower's ``session`` (KIP-227, :mod:`kraftlog.broker.fetch_session`): epoch 0
+        opens one (this fetch is full, and so is its answer), N > 0 continues one (only the
+        partitions named and those changed here are read, only those with news answered;
+        an idle one waits, reading nothing, until news or ``max_wait_ms``), -1 closes one.
         """
         self._now_ms = now_ms
+        if session is not None and session.epoch is not None:
+            if session.epoch == fs.FINAL_EPOCH or not params.is_from_follower:
+                self._close_session(session.session_id, params.replica_id)
+            elif session.epoch == fs.INITIAL_EPOCH:
+                self._close_session(session.session_id, params.replica_id)
+                opened = self.fetch_sessions.create(replica_id=params.replica_id,
+                                                    replica_epoch=params.replica_epoch)
+                opened.update(partitions, ())
+                opened.last_fetch_ms = now_ms
+                self.fetch_sessions.add_partitions(opened, partitions)
+                outcome = self._fetch_full(params, partitions, now_ms)
+                if outcome.responses is not None:
+                    self._record_sent(opened.session_id, outcome.responses)
+                else:
+                    assert outcome.delayed_op_id is not None
+                    self._op_sessions[outcome.delayed_op_id] = opened.session_id
+                return dataclasses.replace(outcome, session_id=opened.session_id)
+            else:
+                return self._fetch_incremental(params, partitions, session, now_ms)
+        return self._fetch_full(params, partitions, now_ms)
+
+    def _note_session_followers(self, tp: TopicPartition, partition: partition_mod.Partition) -> None:
+        """Before the log end moves: a follower whose session holds ``tp`` at our log end
+        fetched it there at the session's last fetch, although an incremental fetch did not
+        name it. Record that fetch, as a full fetch would have, so the follower is not taken
+        for one that stopped being caught up a long time ago (replica.lag.time.max.ms)."""
+        for session in self.fetch_sessions.sessions_of(tp):
+            cached = session.partitions.get(tp)
+            if (cached is None or session.last_fetch_ms < 0
+                    or cached.request.fetch_offset != partition.log_end_offset):
+                continue
+            replica = partition.replica_status(session.replica_id)
+            if replica is None or replica.last_fetch_time_ms >= session.last_fetch_ms:
+                continue
+            log_end = partition.log_end_offset
+            partition.update_follower_fetch_state(
+                session.replica_id, fetch_offset=log_end, leader_end_offset=log_end,
+                now_ms=session.last_fetch_ms, log_start_offset=cached.request.log_start_offset,
+                fetch_offset_metadata=partition.log.log_end_offset_metadata)
+
+    def _close_session(self, session_id: int, replica_id: int) -> None:
+        existing = self.fetch_sessions.get(session_id) if session_id else None
+        if existing is not None and existing.replica_id == replica_id:
+            self.fetch_sessions.remove(session_id)
+
+    def _record_sent(self, session_id: int, responses: Mapping[TopicPartition, FetchPartitionResponse]) -> None:
+        session = self.fetch_sessions.get(session_id)
+        if session is None:
+            return
+        for tp, r in responses.items():
+            session.has_news(tp, error=r.error, records=bool(r.records), diverging=r.diverging_epoch is not None,
+                             high_watermark=r.high_watermark, log_start_offset=r.log_start_offset)
+            cached = session.partitions.get(tp)
+            if cached is not None:
+                self._maybe_keep_dirty(session, tp, r, cached.request.fetch_offset)
+
+    def _fetch_incremental(self, params: purgatory.FetchParams,
+                           partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest],
+                           request: fs.SessionRequest, now_ms: int) -> FetchOutcome:
+        session = self.fetch_sessions.get(request.session_id)
+        if (session is None or session.replica_id != params.replica_id
+                or session.replica_epoch != params.replica_epoch):
+            return FetchOutcome(responses={}, error=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                                error_message=f"no fetch session {request.session_id} of broker "
+                                              f"{params.replica_id} on broker {self.broker_id}")
+        if request.epoch != session.epoch or session.session_id in self._session_waits:
+            return FetchOutcome(responses={}, error=ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+                                error_message=f"fetch session {session.session_id} expects epoch "
+                                              f"{session.epoch}, got {request.epoch}")
+        session.epoch = fs.next_epoch(session.epoch)
+        session.last_fetch_ms = now_ms
+        added = [tp for tp in partitions if tp not in session.partitions]
+        session.update(partitions, request.forgotten)
+        self.fetch_sessions.add_partitions(session, added)
+        self.fetch_sessions.remove_partitions(session, request.forgotten)
+        news = self._session_read(params, session, session.to_read(partitions), update_fetch_state=True)
+        if params.max_wait_ms <= 0 or self._session_answerable(params, news):
+            self._record_replication(params, news, now_ms)
+            return FetchOutcome(responses=news, session_id=session.session_id)
+        op_id = self._new_op_id()
+        deadline_ms = now_ms + params.max_wait_ms
+        self._session_waits[session.session_id] = _SessionWait(op_id=op_id, params=params, news=news)
+        heapq.heappush(self._session_deadlines, (deadline_ms, op_id, session.session_id))
+        return FetchOutcome(responses=None, delayed_op_id=op_id, session_id=session.session_id)
+
+    def _session_read(self, params: purgatory.FetchParams, session: fs.FetchSession,
+                      reads: Mapping[TopicPartition, purgatory.FetchPartitionRequest], *,
+                      update_fetch_state: bool) -> dict[TopicPartition, FetchPartitionResponse]:
+        """Read ``reads`` for ``session``; the answers with news (recorded as sent).
+
+        Stays dirty (the next fetch reads it again, counting the follower's position): a
+        partition that has data past its fetch offset but returned none (throttled, or the
+        response's max bytes were used up), and one whose ISR does not hold the follower yet
+        (it may join once it is eligible, KIP-841, or the high watermark reaches it: the
+        leader must keep seeing its fetch offset; Kafka reads every session partition on
+        every fetch for this)."""
+        if not reads:
+            return {}
+        responses = self._read(params, reads, now_ms=self._now_ms, update_fetch_state=update_fetch_state)[0]
+        news: dict[TopicPartition, FetchPartitionResponse] = {}
+        for tp, r in responses.items():
+            if session.has_news(tp, error=r.error, records=bool(r.records),
+                                diverging=r.diverging_epoch is not None,
+                                high_watermark=r.high_watermark, log_start_offset=r.log_start_offset):
+                news[tp] = r
+            self._maybe_keep_dirty(session, tp, r, reads[tp].fetch_offset)
+        return news
+
+    def _maybe_keep_dirty(self, session: fs.FetchSession, tp: TopicPartition, response: FetchPartitionResponse,
+                          fetch_offset: int) -> None:
+        """See :meth:`_session_read`: whether ``tp`` must be read at the session's next fetch
+        even if nothing changes here."""
+        if response.error is not ErrorCode.NONE or response.diverging_epoch is not None:
+            return
+        partition = self._partitions.get(tp)
+        if partition is not None and (
+                (not response.records and partition.log_end_offset > fetch_offset)
+                or (partition.is_leader and session.replica_id not in partition.isr)):
+            session.dirty.add(tp)
+
+    @staticmethod
+    def _session_answerable(params: purgatory.FetchParams,
+                            news: Mapping[TopicPartition, FetchPartitionResponse]) -> bool:
+        # As a sessionless fetch: min_bytes of records, or an error / divergence to act on.
+        # A new high watermark alone waits for the deadline (as Kafka's DelayedFetch).
+        return (sum(len(r.records) for r in news.values()) >= max(1, params.min_bytes)
+                or any(r.error is not ErrorCode.NONE or r.diverging_epoch is not None for r in news.values()))
+
+    def _session_changed(self, tp: TopicPartition) -> None:
+        # A waiting incremental fetch reads the changed partition now, and answers if that
+        # makes it answerable; sessions without a waiting fetch read it at their next one.
+        for session in self.fetch_sessions.mark_dirty(tp):
+            wait = self._session_waits.get(session.session_id)
+            if wait is None:
+                continue
+            news = self._session_read(wait.params, session, session.to_read(()), update_fetch_state=False)
+            if self._session_waits.get(session.session_id) is not wait:
+                continue  # answered meanwhile (a storage error while reading woke it)
+            wait.news.update(news)
+            if self._session_answerable(wait.params, wait.news):
+                self._answer_session(session.session_id)
+
+    def _answer_session(self, session_id: int) -> None:
+        wait = self._session_waits.pop(session_id, None)
+        if wait is None:
+            return
+        self._record_replication(wait.params, wait.news, self._now_ms)
+        self._completed_fetches.append(CompletedFetch(op_id=wait.op_id, responses=wait.news))
+
+    def _expire_sessions(self, now_ms: int) -> None:
+        while self._session_deadlines and self._session_deadlines[0][0] <= now_ms:
+            _deadline, op_id, session_id = heapq.heappop(self._session_deadlines)
+            wait = self._session_waits.get(session_id)
+            if wait is not None and wait.op_id == op_id:
+                self._answer_session(session_id)
+
+    def _fetch_full(self, params: purgatory.FetchParams,
+                    partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest],
+                    now_ms: int) -> FetchOutcome:
         throttled: set[TopicPartition] = set()
         responses, metadata = self._read(params, partitions, now_ms=now_ms, update_fetch_state=True,
                                          throttled=throttled)
@@ -539,6 +732,7 @@ class ReplicaManager:
             self._completed_produces.append(CompletedProduce(op_id=produce.op_id, responses=produce.responses()))
         for fetch in self._fetch_purgatory.check_and_complete(tp):
             self._answer_fetch(fetch)
+        self._session_changed(tp)
 
     def _answer_fetch(self, fetch: purgatory.DelayedFetch) -> None:
         # Kafka's DelayedFetch.onComplete: read again, without counting it as
@@ -550,6 +744,9 @@ class ReplicaManager:
         else:
             responses = self._reread_changed(fetch, requests, first)
         self._record_replication(fetch.params, responses, self._now_ms)
+        session_id = self._op_sessions.pop(fetch.op_id, None)
+        if session_id is not None:
+            self._record_sent(session_id, responses)
         self._completed_fetches.append(CompletedFetch(op_id=fetch.op_id, responses=responses))
 
     def _reread_changed(self, fetch: purgatory.DelayedFetch,
@@ -600,10 +797,19 @@ class ReplicaManager:
     def waiting_fetches(self) -> int:
         return len(self._fetch_purgatory)
 
+    @property
+    def waiting_session_fetches(self) -> int:
+        return len(self._session_waits)
+
     def next_deadline_ms(self) -> int | None:
         """When :meth:`poll` must run next at the latest to expire a waiting request."""
+        while self._session_deadlines and self._session_waits.get(
+                self._session_deadlines[0][2], _NO_WAIT).op_id != self._session_deadlines[0][1]:
+            heapq.heappop(self._session_deadlines)
         deadlines = [d for d in (self._produce_purgatory.next_deadline_ms(),
-                                 self._fetch_purgatory.next_deadline_ms()) if d is not None]
+                                 self._fetch_purgatory.next_deadline_ms(),
+                                 self._session_deadlines[0][0] if self._session_deadlines else None)
+                     if d is not None]
         return min(deadlines) if deadlines else None
 
     def poll(self, now_ms: int) -> None:
@@ -616,6 +822,7 @@ class ReplicaManager:
             self._completed_produces.append(CompletedProduce(op_id=produce.op_id, responses=produce.responses()))
         for fetch in self._fetch_purgatory.expire(now_ms):
             self._answer_fetch(fetch)
+        self._expire_sessions(now_ms)
         if now_ms >= self._next_isr_check_ms:
             # Kafka's isr-expiration: every leader, every replica.lag.time.max.ms / 2.
             self._next_isr_check_ms = now_ms + self._isr_check_interval_ms
@@ -639,6 +846,10 @@ class ReplicaManager:
                 self._complete_waiting(tp)
             if leader.high_watermark >= leader.log_end_offset:
                 self._hw_behind.discard(tp)
+
+    def log_start_moved(self, tp: TopicPartition) -> None:
+        """Retention moved ``tp``'s log start offset: followers' sessions must hear of it."""
+        self._complete_waiting(tp)
 
     # ================================================================== AlterPartition
 
