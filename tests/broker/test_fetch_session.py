@@ -220,3 +220,26 @@ def test_an_idle_session_follower_is_not_shrunk_by_the_first_append_after_a_long
     # A follower whose session went quiet too is shrunk as before.
     rm.poll(quiet + 30_003)
     assert [r.new_isr for r in rm.take_alter_partition_requests()] == [(1,)]
+
+
+def test_builder_takes_the_same_mapping_again_as_an_idle_round_without_comparing() -> None:
+    class NoCompare:
+        """A request value that fails if compared: the idle round must not look at it."""
+
+        def __eq__(self, other: object) -> bool:
+            raise AssertionError("compared")
+
+        __hash__ = object.__hash__
+
+    requests = {TP: NoCompare(), OTHER: NoCompare()}
+    b = fs.FetchSessionBuilder()
+    b.build(requests)
+    b.handle_response(error=ErrorCode.NONE, session_id=9)
+    for epoch in (1, 2, 3):
+        idle = b.build(requests)
+        assert (idle.session_id, idle.epoch, idle.send, idle.forgotten) == (9, epoch, (), ())
+        b.handle_response(error=ErrorCode.NONE, session_id=9)
+    changed = dict(requests)
+    changed[TP] = 5  # a new mapping: compared partition by partition (identity first)
+    with pytest.raises(AssertionError, match="compared"):
+        b.build(changed)

@@ -231,16 +231,27 @@ class FetchSessionBuilder:
         self._pending: dict[TopicPartition, object] | None = None
         self._closing = 0
         """A session given up on: the next full fetch names it, so the leader drops it."""
+        self._sent_from: Mapping[TopicPartition, object] | None = None
+        self._pending_from: Mapping[TopicPartition, object] | None = None
+        # The mapping the answered requests were built from: the caller promises not to
+        # change a mapping it passes again (it builds a new one when anything changes).
 
     def build(self, requests: Mapping[TopicPartition, object]) -> SessionFetch:
         """This round's fetch for ``requests`` (partition -> a comparable request value):
         everything when no session is open, else only what changed since the last answered
         request, and what was dropped."""
+        if self.session_id and requests is self._sent_from:
+            # The very mapping answered last time, unchanged by its owner: an idle round.
+            self._pending = self._sent
+            return SessionFetch(session_id=self.session_id, epoch=self.epoch, send=(), forgotten=())
         self._pending = dict(requests)
+        self._pending_from = requests
         if self.session_id == 0:
             return SessionFetch(session_id=self._closing, epoch=INITIAL_EPOCH, send=tuple(requests),
                                 forgotten=())
-        send = tuple(tp for tp, request in requests.items() if self._sent.get(tp) != request)
+        sent = self._sent
+        send = tuple(tp for tp, request in requests.items()
+                     if (last := sent.get(tp)) is not request and last != request)
         forgotten = tuple(tp for tp in self._sent if tp not in requests)
         return SessionFetch(session_id=self.session_id, epoch=self.epoch, send=send, forgotten=forgotten)
 
@@ -259,7 +270,9 @@ class FetchSessionBuilder:
             self.epoch = INITIAL_EPOCH
         self._closing = 0
         self.epoch = next_epoch(self.epoch)
-        self._sent = pending
+        if pending is not self._sent:
+            self._sent = pending
+            self._sent_from = self._pending_from
 
     def reset(self) -> None:
         """Forget the session: the next fetch is full and opens a new one (closing this one)."""
@@ -269,3 +282,4 @@ class FetchSessionBuilder:
         self.epoch = INITIAL_EPOCH
         self._sent = {}
         self._pending = None
+        self._sent_from = None

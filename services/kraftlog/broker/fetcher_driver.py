@@ -53,6 +53,9 @@ from kraftlog.v1 import broker_pb2, broker_pb2_grpc
 logger = logging.getLogger(__name__)
 
 MIN_THROTTLE_WAIT_MS = 10
+REBUILD_INTERVAL_MS = 30_000
+"""Requests are rebuilt from every followed partition at least this often, even when no
+answer moved anything (a log start offset moved by local retention reaches the leader)."""
 """Shortest wait while every fetchable partition is held back by the follower quota."""
 
 
@@ -122,6 +125,16 @@ class ReplicaFetcher:
         self._failing = False
         self.session = fetch_session.FetchSessionBuilder()
         """This fetcher's fetch session with its source (KIP-227)."""
+        # The last round's requests, reused while nothing moved (_stale unset): partition ->
+        # (state, request), partition -> request (for the session) and (name, index) ->
+        # (partition, (state, request)) (to match answers).
+        self._stale = True
+        self._built_at_ms = 0
+        self._entries: dict[TopicPartition, tuple[follower_mod.FollowerFetchState,
+                                                  follower_mod.FollowerFetchRequest]] = {}
+        self._requests: dict[TopicPartition, follower_mod.FollowerFetchRequest] = {}
+        self._asked: dict[tuple[str, int], tuple[TopicPartition, tuple[
+            follower_mod.FollowerFetchState, follower_mod.FollowerFetchRequest]]] = {}
 
     def _where(self) -> str:
         return (f"broker={self.broker_id} fetcher_source={self.source_id} "
@@ -144,11 +157,13 @@ class ReplicaFetcher:
 
     def wake(self) -> None:
         """End a wait for fetchable partitions now (an in-flight Fetch is left alone)."""
+        self._stale = True
         self._changed.set()
 
     def _kick(self) -> None:
         # The partition set changed: a Fetch parked at the leader would hold new partitions back
         # for up to replica.fetch.wait.max.ms, so cut it short.
+        self._stale = True
         self._changed.set()
         if self._call is not None:
             self._call.cancel()
@@ -207,18 +222,30 @@ class ReplicaFetcher:
         now_ms = self._data.now_ms()
         quota = self.quota
         exceeded = quota.is_quota_exceeded(now_ms)
-        entries: dict[TopicPartition, tuple[follower_mod.FollowerFetchState,
-                                            follower_mod.FollowerFetchRequest]] = {}
         held_back = False
-        for tp, state in self.states.items():
-            request = state.build_fetch_request(now_ms)
-            if request is None:
-                continue
-            # Kafka's shouldFollowerThrottle: never an in-sync replica.
-            if exceeded and not state.is_replica_in_sync and quota.is_throttled(tp):
-                held_back = True
-                continue
-            entries[tp] = (state, request)
+        if (not self._stale and not exceeded and self._entries
+                and now_ms - self._built_at_ms < REBUILD_INTERVAL_MS):
+            # Nothing moved since the last round (every answer took the idle path): the same
+            # requests again, and an incremental fetch lists none of them (issue 16).
+            entries = self._entries
+        else:
+            entries = {}
+            stale = False
+            for tp, state in self.states.items():
+                request = state.build_fetch_request(now_ms)
+                if request is None:
+                    stale = stale or state.status is follower_mod.FollowerStatus.DELAYED
+                    continue
+                # Kafka's shouldFollowerThrottle: never an in-sync replica.
+                if exceeded and not state.is_replica_in_sync and quota.is_throttled(tp):
+                    held_back = True
+                    continue
+                entries[tp] = (state, request)
+            self._stale = stale or held_back  # a backoff ends, or the quota frees, with time
+            self._built_at_ms = now_ms
+            self._entries = entries
+            self._requests = {tp: request for tp, (_state, request) in entries.items()}
+            self._asked = {(tp.topic, tp.partition): (tp, entry) for tp, entry in entries.items()}
         if not entries:
             self._changed.clear()
             wait_s = backoff_s
@@ -289,7 +316,7 @@ class ReplicaFetcher:
                      ) -> broker_pb2.FetchResponse:
         # KIP-227: in a session only the partitions whose request changed are listed (none on
         # an idle round), and those no longer fetched are forgotten.
-        session = self.session.build({tp: request for tp, (_state, request) in entries.items()})
+        session = self.session.build(self._requests)
         forgotten: dict[str, broker_pb2.FetchRequest.ForgottenTopic] = {}
         for tp in session.forgotten:
             gone = forgotten.get(tp.topic)
@@ -325,7 +352,7 @@ class ReplicaFetcher:
                      response: broker_pb2.FetchResponse) -> None:
         # By (name, index): a TopicPartition built per answered partition (its name checked
         # each time) cost ~5% of an idle broker's loop (issue 16).
-        asked = {(tp.topic, tp.partition): (tp, entry) for tp, entry in entries.items()}
+        asked = self._asked
         for topic in response.responses:
             for data in topic.partitions:
                 found = asked.get((topic.topic, data.partition_index))
@@ -339,6 +366,7 @@ class ReplicaFetcher:
                         and state.handle_idle_answer(request, high_watermark=data.high_watermark,
                                                      log_start_offset=data.log_start_offset)):
                     continue  # nothing new for this partition (most of them, most of the time)
+                self._stale = True  # its request changes (or its state): build again
                 diverging = (partition_mod.EpochEndOffset(epoch=data.diverging_epoch.epoch,
                                                           end_offset=data.diverging_epoch.end_offset)
                              if data.HasField("diverging_epoch") else None)
