@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import pytest
@@ -17,7 +18,7 @@ from kraftlog.broker.follower import (
 from kraftlog.broker.partition import EpochEndOffset, Partition
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import record_batch as rb
-from tests.broker.harness import T0, open_partition, values_of
+from tests.broker.harness import T0, batch, open_partition, values_of
 
 
 def leader_batch(base_offset: int, epoch: int, *values: bytes) -> bytes:
@@ -170,3 +171,23 @@ def test_offset_truncation_state(diverging: tuple[int, int], ours: tuple[int, in
 def test_module_defaults_are_kafkas() -> None:
     assert follower_mod.DEFAULT_REPLICA_FETCH_BACKOFF_MS == 1000
     assert follower_mod.DEFAULT_REPLICA_FETCH_MAX_BYTES == 1024 * 1024
+
+
+def test_an_idle_answer_takes_the_fast_path_only_when_it_changes_nothing(tmp_path: pathlib.Path) -> None:
+    # Issue 16: most answers an idle follower gets say nothing new; they must not go through
+    # the append path, and anything that does say something new must not be swallowed.
+    partition = open_partition(tmp_path / "t-0", 2)
+    partition.make_follower(leader_id=1, leader_epoch=0, partition_epoch=0, replicas=(1, 2))
+    partition.append_records_to_follower(batch(b"a", b"b"), now_ms=T0)
+    partition.update_follower_high_watermark(2)
+    state = FollowerFetchState(partition, leader_id=1, leader_epoch=0)
+    request = state.build_fetch_request(T0)
+    assert request is not None
+    assert state.handle_idle_answer(request, high_watermark=2, log_start_offset=0)
+    assert state.is_replica_in_sync
+    # A new high watermark, a leader log start past ours, a stale request: the full path.
+    assert not state.handle_idle_answer(request, high_watermark=1, log_start_offset=0)
+    assert not state.handle_idle_answer(request, high_watermark=2, log_start_offset=1)
+    stale = dataclasses.replace(request, fetch_offset=1)
+    assert not state.handle_idle_answer(stale, high_watermark=2, log_start_offset=0)
+    assert partition.high_watermark == 2

@@ -185,3 +185,99 @@ def test_replicas_of_other_brokers_are_not_created_here(setup: tuple[
     delta, image = create(metadata, leader=1, replicas=(1, 3))
     assert reconciler.apply_delta(delta, image, now_ms=NOW).empty
     assert store.opened == []
+
+
+# ---------------------------------------------------------------------------- cost (issue 16)
+
+MANY = 40
+
+
+def many_partitions(reconciler: rc.Reconciler, metadata: Metadata) -> im.MetadataImage:
+    """Topic "t" with MANY partitions on broker BROKER, leading the even ones."""
+    delta, image = metadata.commit(r.TopicRecord(name="t", topic_id=TOPIC_ID), *(
+        r.PartitionRecord(topic_id=TOPIC_ID, partition_id=i, replicas=(1, 2, 3), isr=(1, 2, 3),
+                          leader=BROKER if i % 2 == 0 else 1) for i in range(MANY)))
+    reconciler.apply_delta(delta, image, now_ms=NOW)
+    assert len(reconciler.manager.partitions) == MANY
+    return image
+
+
+class RoleCalls:
+    """Counts the replica manager's role changes (the reconciler's per-partition work)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, manager: rm.ReplicaManager) -> None:
+        self.calls: list[TopicPartition] = []
+        for name in ("make_leader", "make_follower"):
+            original = getattr(manager, name)
+
+            def counted(tp: TopicPartition, *args: object, _original: object = original,
+                        **kwargs: object) -> object:
+                self.calls.append(tp)
+                return _original(tp, *args, **kwargs)  # type: ignore[operator]
+
+            monkeypatch.setattr(manager, name, counted)
+
+
+def test_a_delta_touching_one_partition_does_work_for_that_partition_only(
+        setup: tuple[rc.Reconciler, Store, Metadata], monkeypatch: pytest.MonkeyPatch) -> None:
+    reconciler, store, metadata = setup
+    many_partitions(reconciler, metadata)
+    calls = RoleCalls(monkeypatch, reconciler.manager)
+    opened = len(store.opened)
+    delta, image = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=7,
+                                                           leader=BROKER))
+    result = reconciler.apply_delta(delta, image, now_ms=NOW)
+    assert calls.calls == [TopicPartition(topic="t", partition=7)]
+    assert result.became_leader == [TopicPartition(topic="t", partition=7)]
+    assert len(store.opened) == opened
+
+
+def test_the_full_pass_is_spread_over_steps_of_a_bounded_size(
+        setup: tuple[rc.Reconciler, Store, Metadata], monkeypatch: pytest.MonkeyPatch) -> None:
+    reconciler, _store, metadata = setup
+    image = many_partitions(reconciler, metadata)
+    calls = RoleCalls(monkeypatch, reconciler.manager)
+    steps = 0
+    done = False
+    while not done:
+        before = len(calls.calls)
+        result, done = reconciler.reconcile_step(image, max_partitions=7, now_ms=NOW)
+        steps += 1
+        assert len(calls.calls) - before <= 7
+        assert result.empty  # everything already converged
+        assert steps <= 2 * MANY
+    # Converged followers are skipped before any call; converged leaders are a no-op call.
+    assert len(calls.calls) == MANY // 2 and reconciler.passes_completed == 1
+    # The assigned replicas (MANY) and then the hosted ones (MANY), 7 at a time.
+    assert steps == -(-2 * MANY // 7)
+
+
+def test_a_spread_pass_still_deletes_what_the_image_no_longer_assigns_and_retries_creations(
+        setup: tuple[rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, store, metadata = setup
+    image = many_partitions(reconciler, metadata)
+    gone = TopicPartition(topic="t", partition=3)
+    partition = reconciler.manager.get_partition(gone)
+    assert partition is not None
+    # A replica whose creation failed earlier: the pass creates it.
+    missing = TopicPartition(topic="t", partition=5)
+    reconciler.manager.transition_replica(missing, rm.ReplicaState.OFFLINE_REPLICA)
+    reconciler.manager.transition_replica(missing, rm.ReplicaState.REPLICA_DELETION_STARTED)
+    reconciler.manager.transition_replica(missing, rm.ReplicaState.REPLICA_DELETION_SUCCESSFUL)
+    reconciler.manager.remove_partition(missing)
+    # The image moves partition 3 away from this broker (another image than the pass began with).
+    _delta, moved = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=3,
+                                                            replicas=(1, 3), isr=(1, 3), leader=1))
+    created: list[TopicPartition] = []
+    deleted: list[TopicPartition] = []
+    done = False
+    first = True
+    while not done:
+        result, done = reconciler.reconcile_step(image if first else moved, max_partitions=5,
+                                                 now_ms=NOW)
+        first = False
+        created += result.created
+        deleted += result.deleted
+    assert created == [missing] and deleted == [gone]
+    assert reconciler.manager.get_partition(gone) is None
+    assert store.opened.count(missing) == 2

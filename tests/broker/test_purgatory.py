@@ -137,3 +137,93 @@ def test_fetch_params_isolation_of_followers_is_log_end() -> None:
     assert purgatory.FetchParams(replica_id=2).fetch_isolation is FetchIsolation.LOG_END
     consumer = purgatory.FetchParams(isolation=FetchIsolation.TXN_COMMITTED)
     assert consumer.fetch_isolation is FetchIsolation.TXN_COMMITTED and not consumer.is_from_follower
+
+
+# ---------------------------------------------------------------------------- watch lists (issue 16)
+
+
+class CountingProbe:
+    """A fetch probe that counts its calls per partition."""
+
+    def __init__(self) -> None:
+        self.available: dict[TopicPartition, int | None] = {}
+        self.calls: dict[TopicPartition, int] = {}
+
+    def __call__(self, tp: TopicPartition, _status: purgatory.FetchPartitionStatus,
+                 _params: purgatory.FetchParams) -> int | None:
+        self.calls[tp] = self.calls.get(tp, 0) + 1
+        return self.available.get(tp, 0)
+
+
+def wide_fetch(op_id: int, tps: list[TopicPartition], *, min_bytes: int = 1) -> purgatory.DelayedFetch:
+    meta = LogOffsetMetadata(message_offset=0, segment_base_offset=0, relative_position_in_segment=0)
+    status = purgatory.FetchPartitionStatus(
+        fetch_offset_metadata=meta,
+        request=purgatory.FetchPartitionRequest(fetch_offset=0, partition_max_bytes=1 << 20))
+    return purgatory.DelayedFetch(op_id=op_id, deadline_ms=500,
+                                  params=purgatory.FetchParams(min_bytes=min_bytes, max_wait_ms=500),
+                                  partitions=dict.fromkeys(tps, status))
+
+
+def test_a_change_of_one_partition_evaluates_only_the_fetches_watching_it_and_only_it() -> None:
+    many = [TopicPartition(topic="m", partition=i) for i in range(100)]
+    probe = CountingProbe()
+    p = purgatory.fetch_purgatory(probe)
+    on_many = wide_fetch(1, many, min_bytes=50)
+    only_b = wide_fetch(2, [B])
+    assert not p.try_complete_else_watch(on_many) and not p.try_complete_else_watch(only_b)
+    assert sum(probe.calls.values()) == 101  # the first check looks at every partition
+    probe.calls.clear()
+    probe.available[A] = 10
+    assert p.check_and_complete(A) == []  # nobody watches A: no fetch is evaluated
+    assert probe.calls == {}
+    probe.available[many[7]] = 30
+    assert p.check_and_complete(many[7]) == []
+    assert probe.calls == {many[7]: 1}  # one probe, not 100
+    probe.available[many[42]] = 30
+    assert p.check_and_complete(many[42]) == [on_many]  # 30 + 30 >= 50
+    assert probe.calls == {many[7]: 1, many[42]: 1}
+    assert on_many.changed == {many[7], many[42]}
+    assert p.watched_keys() == 1  # the completed fetch left every watch list at once
+
+
+def test_a_bytes_estimate_that_shrinks_is_replaced_not_added() -> None:
+    probe = CountingProbe()
+    p = purgatory.fetch_purgatory(probe)
+    op = wide_fetch(1, [A, B], min_bytes=100)
+    assert not p.try_complete_else_watch(op)
+    probe.available[A] = 60
+    assert p.check_and_complete(A) == []
+    probe.available[A] = 10  # e.g. truncated: the estimate goes down
+    assert p.check_and_complete(A) == []
+    probe.available[B] = 80
+    assert p.check_and_complete(B) == []  # 10 + 80 < 100: A's old 60 no longer counts
+    assert op.accumulated == 90
+
+
+def test_an_expired_operation_leaves_the_watch_lists_of_its_keys_only() -> None:
+    many = [TopicPartition(topic="m", partition=i) for i in range(50)]
+    p = purgatory.fetch_purgatory(CountingProbe())
+    first = wide_fetch(1, many)
+    second = wide_fetch(2, many[:1])
+    p.try_complete_else_watch(first)
+    p.try_complete_else_watch(second)
+    assert p.expire(500) == [first, second]
+    assert p.watched_keys() == 0
+
+
+def test_produce_check_of_one_partition_asks_only_about_it() -> None:
+    asked: list[TopicPartition] = []
+    hws = HighWatermarks()
+
+    def check(tp: TopicPartition, required: int) -> tuple[bool, ErrorCode]:
+        asked.append(tp)
+        return hws(tp, required)
+
+    p = purgatory.produce_purgatory(check)
+    op = produce(1, 1000, a=5, b=3)
+    assert p.try_complete_else_watch(op) is False
+    asked.clear()
+    hws.hw[A] = 5
+    assert p.check_and_complete(A) == []
+    assert asked == [A]

@@ -333,3 +333,93 @@ def test_high_watermarks_fill_the_replication_offset_checkpoint(tmp_path: pathli
     assert path.read_text() == "0\n2\nt 0 2\nu 3 1\n"
     reopened = open_partition(tmp_path / TP.dir_name, 1, high_watermark=checkpoint.OffsetCheckpointFile(path).read()[TP])
     assert reopened.high_watermark == 2
+
+
+# ---------------------------------------------------------------------------- idle cost (issue 16)
+
+
+def count_calls(monkeypatch: pytest.MonkeyPatch, rm: ReplicaManager, method: str) -> dict[TopicPartition, int]:
+    """Wrap ``method`` of every hosted partition with a call counter."""
+    calls: dict[TopicPartition, int] = {}
+    for tp, partition in rm.partitions.items():
+        original = getattr(partition, method)
+
+        def counted(*args: object, _tp: TopicPartition = tp, _original: object = original,
+                    **kwargs: object) -> object:
+            calls[_tp] = calls.get(_tp, 0) + 1
+            return _original(*args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(partition, method, counted)
+    return calls
+
+
+def follower_fetch(rm: ReplicaManager, *, offset: int = 0, min_bytes: int = 1,
+                   max_wait_ms: int = 500) -> rm_mod.FetchOutcome:
+    return rm.fetch_messages(
+        purgatory.FetchParams(replica_id=2, max_wait_ms=max_wait_ms, min_bytes=min_bytes),
+        {tp: purgatory.FetchPartitionRequest(fetch_offset=offset, partition_max_bytes=1 << 20,
+                                             current_leader_epoch=0)
+         for tp in (TP, OTHER)}, now_ms=T0)
+
+
+def test_a_reconcile_that_changes_nothing_wakes_no_waiting_fetch(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = manager(tmp_path, isr=(1, 2, 3))
+    outcome = follower_fetch(rm)
+    assert outcome.delayed_op_id is not None and rm.waiting_fetches == 1
+    probes = count_calls(monkeypatch, rm, "bytes_available")
+    for tp in (TP, OTHER):  # the periodic reconcile's make_leader of converged leaders
+        rm.make_leader(tp, leader_epoch=0, partition_epoch=0, replicas=(1, 2, 3), isr=(1, 2, 3), now_ms=T0)
+    assert probes == {} and rm.waiting_fetches == 1
+    rm.make_leader(TP, leader_epoch=1, partition_epoch=1, replicas=(1, 2, 3), isr=(1, 2, 3), now_ms=T0)
+    assert rm.waiting_fetches == 0  # a new epoch answers it (FENCED / re-read)
+    assert probes == {TP: 1}
+
+
+def test_an_idle_fetch_that_expires_answers_without_reading_its_partitions_again(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = manager(tmp_path, isr=(1, 2))
+    rm.append_records({TP: batch(b"a"), OTHER: batch(b"b")}, required_acks=1, timeout_ms=100, now_ms=T0)
+    assert follower_fetch(rm, offset=1, max_wait_ms=0).responses is not None  # HW -> 1
+    outcome = follower_fetch(rm, offset=1)
+    assert outcome.delayed_op_id is not None
+    reads = count_calls(monkeypatch, rm, "read_records")
+    rm.poll(T0 + 500)
+    [done] = rm.take_completed().fetches
+    assert reads == {}
+    assert {tp: (r.error, r.records, r.high_watermark) for tp, r in done.responses.items()} == {
+        TP: (ErrorCode.NONE, b"", 1), OTHER: (ErrorCode.NONE, b"", 1)}
+
+
+def test_a_high_watermark_moved_by_the_waiting_fetch_itself_reaches_the_follower(
+        tmp_path: pathlib.Path) -> None:
+    rm = manager(tmp_path, isr=(1, 2))
+    rm.append_records({TP: batch(b"a"), OTHER: batch(b"b")}, required_acks=1, timeout_ms=100, now_ms=T0)
+    outcome = follower_fetch(rm, offset=1)  # its first read moves the HW to 1, then it waits
+    assert outcome.delayed_op_id is not None
+    rm.poll(T0 + 500)
+    [done] = rm.take_completed().fetches
+    assert {tp: r.high_watermark for tp, r in done.responses.items()} == {TP: 1, OTHER: 1}
+
+
+def test_an_expiring_fetch_reads_again_only_the_partitions_that_changed(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = manager(tmp_path, isr=(1, 2, 3))
+    outcome = follower_fetch(rm, min_bytes=1 << 20)
+    assert outcome.delayed_op_id is not None
+    reads = count_calls(monkeypatch, rm, "read_records")
+    rm.append_records({TP: batch(b"new")}, required_acks=1, timeout_ms=100, now_ms=T0 + 10)
+    assert rm.waiting_fetches == 1  # below min_bytes: it keeps waiting
+    rm.poll(T0 + 500)
+    [done] = rm.take_completed().fetches
+    assert reads == {TP: 1}
+    assert done.responses[TP].records and not done.responses[OTHER].records
+
+
+def test_poll_checks_every_isr_only_every_half_lag_time(tmp_path: pathlib.Path) -> None:
+    rm = manager(tmp_path, isr=(1, 2, 3))  # replica.lag.time.max.ms 30 s: a pass per 15 s
+    for step in range(0, 15_000, 50):  # the server's 50 ms poll interval
+        rm.poll(T0 + step)
+    assert rm.isr_checks == 1
+    rm.poll(T0 + 15_000)
+    assert rm.isr_checks == 2

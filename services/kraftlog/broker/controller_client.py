@@ -13,13 +13,26 @@ STALE_BROKER_EPOCH / BROKER_ID_NOT_REGISTERED, and controlled shutdown
 :class:`ProducerIdAllocator`: producer ids for InitProducerId from blocks got with
 AllocateProducerIds (KIP-730).
 
-Callers: :mod:`kraftlog.broker.process`. Edge module: asyncio, grpc and protobuf.
+Liveness never starves (issue 16): the lifecycle runs on a thread of its own, with its
+own event loop and its own channels to the controllers (a fresh :class:`ControllerClient`
+made there), so a broker whose main event loop is busy (a metadata burst, thousands of
+partitions, a slow disk) is slow but still heartbeats on time and is not fenced for being
+busy (Kafka runs BrokerLifecycleManager on its own event queue thread for the same
+reason). What it reads from the broker (the replayed metadata offset, the offline log
+dirs) are plain attribute reads; what it tells the broker (``on_change``) is scheduled on
+the broker's loop with ``call_soon_threadsafe``. :attr:`BrokerLifecycle.max_heartbeat_lateness_ms`
+says how late a heartbeat went out compared with its schedule.
+
+Callers: :mod:`kraftlog.broker.process`. Edge module: asyncio, grpc, protobuf and a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +49,9 @@ from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 logger = logging.getLogger(__name__)
 
 RETRY_BACKOFF_S = 0.1
+HEARTBEAT_LATE_MS = 100
+"""A heartbeat leaving later than this (or a tenth of the interval, if more) after its
+scheduled time is logged (``event=heartbeat_late``)."""
 
 
 class ControllerClient:
@@ -96,6 +112,12 @@ class ControllerClient:
             if self._hint < 0:
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
+    def clone(self) -> ControllerClient:
+        """A client to the same controllers with channels of its own (created on the event
+        loop that first calls it): grpc.aio channels belong to one loop."""
+        return ControllerClient(self.voters, raft_leader=self._raft_leader,
+                                request_timeout_ms=self.request_timeout_ms)
+
     async def close(self) -> None:
         for channel in self._channels.values():
             await channel.close()
@@ -103,7 +125,13 @@ class ControllerClient:
 
 
 class BrokerLifecycle:
-    """Registration, heartbeats and controlled shutdown of broker ``broker_id``."""
+    """Registration, heartbeats and controlled shutdown of broker ``broker_id``, on a thread.
+
+    ``client`` names the controllers; the thread calls them through a :meth:`clone
+    <ControllerClient.clone>` with its own channels. ``on_change`` runs on the event loop
+    that called :meth:`start`. Fields the broker reads (``broker_epoch``, ``fenced``,
+    ``caught_up``, ``should_shut_down``) are written only by the lifecycle thread.
+    """
 
     def __init__(self, client: ControllerClient, *, broker_id: int, cluster_id: str,
                  incarnation_id: Uuid, listeners: Sequence[common_pb2.Endpoint], rack: str,
@@ -116,6 +144,7 @@ class BrokerLifecycle:
         # Directory ids of failed log dirs: reported on every heartbeat, which then asks to be
         # fenced (want_fence), so the controller moves leaderships and ISRs off this broker.
         self._offline_log_dirs = offline_log_dirs or (lambda: ())
+        self._last_offline: list[Uuid] = []
         # KIP-966: the epoch this broker cleanly shut down with (-1: unclean or first start).
         self.previous_broker_epoch = previous_broker_epoch
         self.broker_id = broker_id
@@ -132,8 +161,17 @@ class BrokerLifecycle:
         self.caught_up = False
         self.want_shut_down = False
         self.should_shut_down = False
-        self._wakeup = asyncio.Event()
+        self.heartbeats_sent = 0
+        self.max_heartbeat_lateness_ms = 0.0
+        """The latest a heartbeat left after its scheduled time (an interval after the
+        previous one), in ms, since the start: the lifecycle thread's own delay."""
+        self._wakeup: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._owner_loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._started = threading.Event()
 
     @property
     def ready(self) -> bool:
@@ -141,34 +179,82 @@ class BrokerLifecycle:
         return self.broker_epoch >= 0 and self.caught_up and not self.fenced
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="broker-lifecycle")
+        """Start the lifecycle thread (from the broker's event loop, which ``on_change`` runs on)."""
+        self._owner_loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._thread_main, daemon=True,
+                                        name=f"broker-{self.broker_id}-lifecycle")
+        self._thread.start()
+        self._started.wait()
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        client = self.client.clone()
+        try:
+            self._loop = loop
+            self._wakeup = asyncio.Event()
+            self._task = loop.create_task(self._run(client), name="broker-lifecycle")
+            self._started.set()
+            try:
+                loop.run_until_complete(self._task)
+            except asyncio.CancelledError:
+                self._done.set_result(None)
+            except BaseException as exc:  # handed to wait() on the broker's loop
+                self._done.set_exception(exc)
+            else:
+                self._done.set_result(None)
+            loop.run_until_complete(client.close())
+        finally:
+            self._started.set()
+            loop.close()
 
     async def wait(self) -> None:
-        """Until the heartbeat task ends; re-raises its failure."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
+        """Until the lifecycle thread ends; re-raises its failure."""
+        if self._thread is not None:
+            await asyncio.shield(asyncio.wrap_future(self._done))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._thread is None:
+            return
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # its loop closed: the thread is ending
+                loop.call_soon_threadsafe(task.cancel)
+        await asyncio.to_thread(self._thread.join, 10)
+
+    def _wake(self) -> None:
+        loop, wakeup = self._loop, self._wakeup
+        if loop is not None and wakeup is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # its loop closed meanwhile
+                loop.call_soon_threadsafe(wakeup.set)
 
     async def controlled_shutdown(self, timeout_s: float) -> bool:
         """Heartbeat with want_shut_down until the controller says should_shut_down (True)."""
         if self.broker_epoch < 0:
             return False
         self.want_shut_down = True
-        self._wakeup.set()
+        self._wake()
         deadline = time.monotonic() + timeout_s
         while not self.should_shut_down and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         return self.should_shut_down
 
     def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change()
+        if self._on_change is None:
+            return
+        owner = self._owner_loop
+        if owner is None or owner.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the broker's loop closed: nobody to tell
+            owner.call_soon_threadsafe(self._on_change)
 
-    async def _register(self) -> None:
+    def _offline(self) -> list[Uuid]:
+        # Read from another thread: a concurrent change of the broker's dict shows up as
+        # RuntimeError; the previous answer stands until the next heartbeat.
+        with contextlib.suppress(RuntimeError):
+            self._last_offline = list(self._offline_log_dirs())
+        return self._last_offline
+
+    async def _register(self, client: ControllerClient) -> None:
         while True:
             request = controller_pb2.BrokerRegistrationRequest(
                 broker_id=self.broker_id, cluster_id=self.cluster_id,
@@ -180,9 +266,9 @@ class BrokerLifecycle:
                 log_dirs=[server.uuid_to_proto(d) for d in self.log_dir_ids],
                 previous_broker_epoch=self.previous_broker_epoch)
             try:
-                answer = await self.client.call(
+                answer = await client.call(
                     "BrokerRegistration", request,
-                    deadline_s=time.monotonic() + self.client.request_timeout_ms / 1000)
+                    deadline_s=time.monotonic() + client.request_timeout_ms / 1000)
             except TimeoutError:
                 continue
             code = ErrorCode(answer.error.code)
@@ -199,19 +285,29 @@ class BrokerLifecycle:
                         self.broker_id, code.name, answer.error.message)
             await asyncio.sleep(self.heartbeat_interval_ms / 1000)
 
-    async def _run(self) -> None:
-        await self._register()
+    async def _run(self, client: ControllerClient) -> None:
+        assert self._wakeup is not None
+        await self._register(client)
+        due_s: float | None = None  # when this heartbeat was scheduled to leave
         while True:
-            offline = list(self._offline_log_dirs())
+            if due_s is not None:
+                lateness_ms = (time.monotonic() - due_s) * 1000
+                self.max_heartbeat_lateness_ms = max(self.max_heartbeat_lateness_ms, lateness_ms)
+                if lateness_ms > max(HEARTBEAT_LATE_MS, self.heartbeat_interval_ms / 10):
+                    logger.info("broker=%d event=heartbeat_late lateness_ms=%d interval_ms=%d",
+                                self.broker_id, lateness_ms, self.heartbeat_interval_ms)
+            offline = self._offline()
             request = controller_pb2.BrokerHeartbeatRequest(
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                 current_metadata_offset=self._metadata_offset(), want_fence=bool(offline),
                 want_shut_down=self.want_shut_down,
                 offline_log_dirs=[server.uuid_to_proto(d) for d in offline])
+            sent_s = time.monotonic()
+            self.heartbeats_sent += 1
             try:
-                answer = await self.client.call(
+                answer = await client.call(
                     "BrokerHeartbeat", request,
-                    deadline_s=time.monotonic() + self.heartbeat_interval_ms / 1000)
+                    deadline_s=sent_s + self.heartbeat_interval_ms / 1000)
             except TimeoutError:
                 answer = None
             if answer is not None:
@@ -231,7 +327,8 @@ class BrokerLifecycle:
                     self.broker_epoch = -1
                     self.fenced = True
                     self._changed()
-                    await self._register()
+                    await self._register(client)
+                    due_s = None
                     continue
                 else:
                     logger.info("broker=%d event=heartbeat_failed error=%s", self.broker_id,
@@ -241,9 +338,12 @@ class BrokerLifecycle:
             interval_ms = (self.heartbeat_interval_ms
                            if (self.ready or offline) and not self.want_shut_down else min(
                                self.heartbeat_interval_ms, 100))
+            # Scheduled from when the last one left (a slow answer does not add to the gap).
+            due_s = max(sent_s + interval_ms / 1000, time.monotonic())
             try:
-                async with asyncio.timeout(interval_ms / 1000):
+                async with asyncio.timeout(max(0.0, due_s - time.monotonic())):
                     await self._wakeup.wait()
+                due_s = None  # woken early (shutdown, a change): not a scheduled beat
             except TimeoutError:
                 pass
 

@@ -106,5 +106,5 @@ def delete_records_purgatory(low_watermark: LowWatermark
     """A purgatory for delayed DeleteRecords; ``low_watermark(tp)`` is the leader's
     :meth:`~kraftlog.broker.partition.Partition.low_watermark_if_leader` (or an error for a
     partition no longer served here)."""
-    return purgatory.Purgatory(try_complete=lambda op: _try_complete(low_watermark, op),
+    return purgatory.Purgatory(try_complete=lambda op, _changed: _try_complete(low_watermark, op),
                                on_expire=_expire)

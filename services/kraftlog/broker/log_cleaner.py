@@ -191,11 +191,14 @@ class LogCleaner:
         if self._idle_until_ms is not None and now_ms < self._idle_until_ms:
             return []
         due: list[PlannedClean] = []
+        by_topic: dict[str, dict[str, str]] = {}  # once per topic, not per partition (issue 16)
         for partition in partitions:
             tp = partition.topic_partition
             if tp in self._uncleanable:
                 continue
-            props = self.effective_config(partition.topic)
+            props = by_topic.get(partition.topic)
+            if props is None:
+                props = by_topic[partition.topic] = self.effective_config(partition.topic)
             if not cleaner.is_compacted(cleaner.cleanup_policy(props)):
                 continue
             try:

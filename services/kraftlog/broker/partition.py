@@ -1026,34 +1026,43 @@ class Partition:
         high_watermark = self._high_watermark
         log_start = self._log.log_start_offset
         log_end = self._log.log_end_offset
-        # Offsets as they were before the read (Kafka's LogReadInfo.initial*).
-        offsets = ReadResult(error=ErrorCode.NONE, high_watermark=high_watermark, log_start_offset=log_start,
-                             log_end_offset=log_end, last_stable_offset=high_watermark, next_offset=fetch_offset,
-                             leader_id=self._leader_id, leader_epoch=self._leader_epoch)
         if last_fetched_epoch != NO_PARTITION_LEADER_EPOCH:
             end = self.end_offset_for_epoch(last_fetched_epoch)
-            if end.epoch == leader_epoch.UNDEFINED_EPOCH or end.end_offset == leader_epoch.UNDEFINED_EPOCH_OFFSET:
-                return self._error_read(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                        f"cannot determine the end offset of epoch {last_fetched_epoch} of "
-                                        f"{self.topic_partition}", offsets)
-            if fetch_offset < log_start:
-                return self._error_read(ErrorCode.OFFSET_OUT_OF_RANGE,
-                                        f"fetch offset {fetch_offset} is below the log start offset {log_start}",
-                                        offsets)
-            if end.epoch < last_fetched_epoch or end.end_offset < fetch_offset:
+            diverged = end.epoch < last_fetched_epoch or end.end_offset < fetch_offset
+            problem = ("" if end.epoch != leader_epoch.UNDEFINED_EPOCH
+                       and end.end_offset != leader_epoch.UNDEFINED_EPOCH_OFFSET
+                       else f"cannot determine the end offset of epoch {last_fetched_epoch} of "
+                            f"{self.topic_partition}")
+            if not problem and fetch_offset < log_start:
+                problem = f"fetch offset {fetch_offset} is below the log start offset {log_start}"
+            if problem or diverged:
+                # Offsets as they were before the read (Kafka's LogReadInfo.initial*).
+                offsets = ReadResult(
+                    error=ErrorCode.NONE, high_watermark=high_watermark, log_start_offset=log_start,
+                    log_end_offset=log_end, last_stable_offset=high_watermark, next_offset=fetch_offset,
+                    leader_id=self._leader_id, leader_epoch=self._leader_epoch)
+                if problem:
+                    return self._error_read(ErrorCode.OFFSET_OUT_OF_RANGE, problem, offsets)
                 return dataclasses.replace(offsets, diverging_epoch=end)
         max_offset = None if isolation is FetchIsolation.LOG_END else high_watermark
         try:
             data = self._log.read(fetch_offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message)
         except OffsetOutOfRangeError as exc:
-            return self._error_read(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc), offsets)
+            return self._error_read(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc), ReadResult(
+                error=ErrorCode.NONE, high_watermark=high_watermark, log_start_offset=log_start,
+                log_end_offset=log_end, last_stable_offset=high_watermark, next_offset=fetch_offset,
+                leader_id=self._leader_id, leader_epoch=self._leader_epoch))
         advanced = False
         if is_follower and update_fetch_state:
             advanced = self.update_follower_fetch_state(
                 replica_id, fetch_offset=fetch_offset, leader_end_offset=log_end, now_ms=now_ms,
                 log_start_offset=follower_log_start_offset, fetch_offset_metadata=data.fetch_offset_metadata)
-        return dataclasses.replace(offsets, records=data.records, fetch_offset_metadata=data.fetch_offset_metadata,
-                                   next_offset=data.next_offset, high_watermark_advanced=advanced)
+        # One result, built once: the read path runs per partition per Fetch (issue 16).
+        return ReadResult(error=ErrorCode.NONE, high_watermark=high_watermark, log_start_offset=log_start,
+                          log_end_offset=log_end, last_stable_offset=high_watermark,
+                          next_offset=data.next_offset, leader_id=self._leader_id,
+                          leader_epoch=self._leader_epoch, records=data.records,
+                          fetch_offset_metadata=data.fetch_offset_metadata, high_watermark_advanced=advanced)
 
     def bytes_available(self, *, fetch_offset_metadata: storage_log.LogOffsetMetadata,
                         isolation: FetchIsolation, current_leader_epoch: int, last_fetched_epoch: int,

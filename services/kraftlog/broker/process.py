@@ -12,7 +12,8 @@ Startup, in order (Kafka's BrokerServer):
    :class:`~kraftlog.raft.driver.RaftDriver` over ``<metadata.log.dir>/__cluster_metadata-0``
    feeding a :class:`~kraftlog.metadata.loader.MetadataLoader`, whose publisher is
    the :class:`~kraftlog.broker.reconciler.Reconciler` (plus a full reconcile every
-   :data:`RECONCILE_INTERVAL_S`); its fetch changes go to the replica fetchers;
+   :data:`RECONCILE_PASS_INTERVAL_S`, spread over that time in small steps); its fetch
+   changes go to the replica fetchers;
 3. register with the active controller and heartbeat (:mod:`.controller_client`);
 4. serve BrokerService and gRPC health on the first ``listeners`` entry: "liveness"
    is SERVING once the server runs; "" and ``kraftlog.v1.BrokerService`` once the
@@ -113,7 +114,9 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 """Per log dir: each log's start offset (it may sit inside a segment after a leader's
 log start moved, which the segments alone cannot say)."""
-RECONCILE_INTERVAL_S = 10.0
+RECONCILE_PASS_INTERVAL_S = 120.0
+"""One full (level-triggered) reconcile pass per this many seconds, in a step per periodic
+tick; the metadata deltas do the real work, the pass only retries what they could not do."""
 METRICS_SAMPLE_INTERVAL_S = 1.0
 SHUTDOWN_GRACE_S = 1.0
 
@@ -610,6 +613,10 @@ class _Publisher:
     def reconcile_all(self, image: im.MetadataImage) -> None:
         self.apply(self.reconciler.reconcile_all(image, now_ms=wall_ms()))
 
+    def reconcile_step(self, image: im.MetadataImage, max_partitions: int) -> None:
+        self.apply(self.reconciler.reconcile_step(image, max_partitions=max_partitions,
+                                                  now_ms=wall_ms())[0])
+
     def apply(self, result: rc.ReconcileResult) -> None:
         if result.empty:
             return
@@ -878,7 +885,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         nonlocal checkpoint_write
         interval_s = cfg.get_int("replica.high.watermark.checkpoint.interval.ms") / 1000
         retention_s = cfg.get_int("log.retention.check.interval.ms") / 1000
-        last_reconcile = last_retention = time.monotonic()
+        last_retention = time.monotonic()
+        tick_s = min(interval_s, retention_s)
+        last_plan: CheckpointPlan | None = None
         cleaner = log_cleaner.LogCleaner.from_config(cfg, image=lambda: loader.image, broker_id=node_id)
         while True:
             await asyncio.sleep(min(interval_s, retention_s))
@@ -891,12 +900,16 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             plan = logs.plan_checkpoints(manager.high_watermarks(),
                                          [p for tp, p in manager.partitions.items()
                                           if not manager.is_offline(tp)])
-            checkpoint_write = asyncio.ensure_future(asyncio.to_thread(write_checkpoint_plan, plan))
-            logs.report_checkpoint_failures(await asyncio.shield(checkpoint_write))
+            if plan != last_plan:  # an idle broker's files already say this: no rewrite
+                checkpoint_write = asyncio.ensure_future(asyncio.to_thread(write_checkpoint_plan,
+                                                                           plan))
+                failures = await asyncio.shield(checkpoint_write)
+                logs.report_checkpoint_failures(failures)
+                last_plan = None if failures else plan
             now = time.monotonic()
-            if now - last_reconcile >= RECONCILE_INTERVAL_S:
-                last_reconcile = now
-                publisher.reconcile_all(loader.image)
+            # A full pass every RECONCILE_PASS_INTERVAL_S, a slice of it per tick.
+            steps = max(1, int(RECONCILE_PASS_INTERVAL_S / tick_s))
+            publisher.reconcile_step(loader.image, -(-2 * len(manager.partitions) // steps) + 1)
             online = {tp: p for tp, p in manager.partitions.items() if not manager.is_offline(tp)}
             if now - last_retention >= retention_s:
                 last_retention = now
@@ -906,7 +919,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                     # Never past the high watermark (followers may still need the data);
                     # the partition forgets producers whose batches all went.
                     try:
-                        partition.delete_old_segments(wall_ms())
+                        if partition.delete_old_segments(wall_ms()):
+                            manager.log_start_moved(tp)  # news for fetch sessions (KIP-227)
                     except OSError as exc:
                         manager.handle_storage_error(tp, exc)
             # Compaction (cleanup.policy=compact): planned and swapped in on this loop, which

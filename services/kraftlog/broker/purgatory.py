@@ -8,11 +8,23 @@ meanwhile, or NOT_LEADER_OR_FOLLOWER after losing leadership), or until
 ``min_bytes`` are readable, or something changed that answers it at once
 (leadership, epochs, divergence, truncation), or ``max_wait_ms``.
 
-Operations are watched by partition (:class:`TopicPartition` keys).
-:meth:`Purgatory.check_and_complete` is called by the replica manager when a
-partition changes (append, high watermark, role); :meth:`Purgatory.expire`
+Operations are watched by partition (:class:`TopicPartition` keys, Kafka's watch
+lists). :meth:`Purgatory.check_and_complete` is called by the replica manager when a
+partition changes (append, high watermark, role, replica state); :meth:`Purgatory.expire`
 by its poll with the injected clock. Completed operations are returned to the
 caller, which answers them; nothing here calls back into the network.
+
+Cost model (issue 16): work is proportional to change, not to size. A change of
+partition ``tp`` tries only the operations watching ``tp``, and each of them looks
+again only at ``tp``: the first check of an operation evaluates every partition and
+keeps the per-partition result (a fetch's readable bytes, a produce's partitions still
+waiting), and a later check replaces just the changed partition's part. That is sound
+because every change that can alter a partition's answer calls
+:meth:`Purgatory.check_and_complete` for it (the owner's contract). An operation that
+completes or expires leaves the watch lists of its keys at once (O(its keys)), never
+by a sweep over every watched partition. A fetch records which of its partitions
+changed while it waited (:attr:`DelayedFetch.changed`), so its owner re-reads only
+those when the wait ends.
 
 Must not: read a clock, run timers or threads, or hold request bytes longer
 than the operation lives. Pure and single-threaded: one owner calls it.
@@ -48,19 +60,27 @@ class DelayedOperation(Protocol):
 OpT = TypeVar("OpT", bound=DelayedOperation)
 
 
+TryComplete = Callable[[OpT, "TopicPartition | None"], bool]
+"""``try_complete(op, changed)``: True when ``op`` can be answered now. ``changed`` is the
+one partition that changed since ``op``'s last check, or None for its first check
+(evaluate every partition)."""
+
+
 class Purgatory(Generic[OpT]):
     """Operations waiting on partitions, completed by checks or expired by time.
 
     Invariant: an operation is in ``_pending`` until it completes exactly once,
-    by ``try_complete`` returning True or by expiry; watcher lists and the expiry
-    heap may still hold completed ones and drop them lazily.
+    by ``try_complete`` returning True or by expiry; it is then removed from the
+    watch list of each of its keys at once. The expiry heap may still hold
+    completed ones and drops them lazily.
     """
 
-    def __init__(self, *, try_complete: Callable[[OpT], bool], on_expire: Callable[[OpT], None]) -> None:
+    def __init__(self, *, try_complete: TryComplete[OpT], on_expire: Callable[[OpT], None]) -> None:
         self._try_complete = try_complete
         self._on_expire = on_expire
         self._pending: dict[int, OpT] = {}
-        self._watchers: dict[TopicPartition, list[OpT]] = {}
+        # key -> the operations watching it, by op id (insertion order = arrival order).
+        self._watchers: dict[TopicPartition, dict[int, OpT]] = {}
         self._expiry: list[tuple[int, int, OpT]] = []
         self._sequence = 0
 
@@ -70,36 +90,42 @@ class Purgatory(Generic[OpT]):
     def __contains__(self, op_id: object) -> bool:
         return op_id in self._pending
 
+    def watched_keys(self) -> int:
+        """Partitions with at least one waiting operation (tests, metrics)."""
+        return len(self._watchers)
+
     def try_complete_else_watch(self, op: OpT) -> bool:
         """Complete ``op`` now if it can be (True), else watch its keys until it can or expires."""
         if op.op_id in self._pending:
             raise ValueError(f"delayed operation {op.op_id} is already waiting")
-        if self._try_complete(op):
+        if self._try_complete(op, None):
             return True
-        self._pending[op.op_id] = op
-        for key in op.keys:
-            self._watchers.setdefault(key, []).append(op)
-        self._sequence += 1
-        heapq.heappush(self._expiry, (op.deadline_ms, self._sequence, op))
+        self.watch(op)
         return False
 
+    def watch(self, op: OpT) -> None:
+        """Watch ``op`` without a first check: its owner has just evaluated it as the first
+        check would (and nothing can change in between: one owner, one thread)."""
+        if op.op_id in self._pending:
+            raise ValueError(f"delayed operation {op.op_id} is already waiting")
+        self._pending[op.op_id] = op
+        for key in op.keys:
+            self._watchers.setdefault(key, {})[op.op_id] = op
+        self._sequence += 1
+        heapq.heappush(self._expiry, (op.deadline_ms, self._sequence, op))
+
     def check_and_complete(self, key: TopicPartition) -> list[OpT]:
-        """Try every operation watching ``key``; returns those that completed."""
-        watching = self._watchers.pop(key, None)
+        """``key`` changed: try the operations watching it (and only them, on ``key``
+        only); returns those that completed."""
+        watching = self._watchers.get(key)
         if not watching:
             return []
         completed: list[OpT] = []
-        still: list[OpT] = []
-        for op in watching:
-            if op.op_id not in self._pending:
-                continue
-            if self._try_complete(op):
+        for op in list(watching.values()):
+            if self._try_complete(op, key):
                 del self._pending[op.op_id]
+                self._unwatch(op)
                 completed.append(op)
-            else:
-                still.append(op)
-        if still:
-            self._watchers[key] = still
         return completed
 
     def expire(self, now_ms: int) -> list[OpT]:
@@ -109,10 +135,9 @@ class Purgatory(Generic[OpT]):
             _deadline, _seq, op = heapq.heappop(self._expiry)
             if self._pending.pop(op.op_id, None) is None:
                 continue
+            self._unwatch(op)
             self._on_expire(op)
             expired.append(op)
-        if expired:
-            self._purge_watchers()
         return expired
 
     def next_deadline_ms(self) -> int | None:
@@ -121,13 +146,13 @@ class Purgatory(Generic[OpT]):
             heapq.heappop(self._expiry)
         return self._expiry[0][0] if self._expiry else None
 
-    def _purge_watchers(self) -> None:
-        for key in list(self._watchers):
-            live = [op for op in self._watchers[key] if op.op_id in self._pending]
-            if live:
-                self._watchers[key] = live
-            else:
-                del self._watchers[key]
+    def _unwatch(self, op: OpT) -> None:
+        for key in op.keys:
+            watching = self._watchers.get(key)
+            if watching is not None:
+                watching.pop(op.op_id, None)
+                if not watching:
+                    del self._watchers[key]
 
 
 # ================================================================== produce
@@ -164,12 +189,14 @@ class ProducePartitionStatus:
 class DelayedProduce:
     """An acks=all produce waiting for replication (Kafka's DelayedProduce)."""
 
-    __slots__ = ("_deadline_ms", "_op_id", "statuses")
+    __slots__ = ("_deadline_ms", "_op_id", "_waiting", "statuses")
 
     def __init__(self, *, op_id: int, deadline_ms: int, statuses: Mapping[TopicPartition, ProducePartitionStatus]):
         self._op_id = op_id
         self._deadline_ms = deadline_ms
         self.statuses = dict(statuses)
+        # The partitions still waiting for acks (their keys): fixed at creation, shrinking.
+        self._waiting = [tp for tp, status in self.statuses.items() if status.acks_pending]
 
     @property
     def op_id(self) -> int:
@@ -181,25 +208,34 @@ class DelayedProduce:
 
     @property
     def keys(self) -> Iterable[TopicPartition]:
-        return [tp for tp, status in self.statuses.items() if status.acks_pending]
+        return self._waiting
 
     def responses(self) -> dict[TopicPartition, ProducePartitionResponse]:
         return {tp: status.response for tp, status in self.statuses.items()}
 
 
+def _produce_check_one(check: Callable[[TopicPartition, int], tuple[bool, ErrorCode]],
+                       tp: TopicPartition, status: ProducePartitionStatus) -> None:
+    done, error = check(tp, status.required_offset)
+    if error is not ErrorCode.NONE or done:
+        status.acks_pending = False
+        if error is not ErrorCode.NONE:
+            status.response = ProducePartitionResponse(
+                error=error, base_offset=status.response.base_offset,
+                log_append_time_ms=status.response.log_append_time_ms,
+                log_start_offset=status.response.log_start_offset)
+
+
 def _produce_try_complete(check: Callable[[TopicPartition, int], tuple[bool, ErrorCode]],
-                          op: DelayedProduce) -> bool:
-    for tp, status in op.statuses.items():
-        if not status.acks_pending:
-            continue
-        done, error = check(tp, status.required_offset)
-        if error is not ErrorCode.NONE or done:
-            status.acks_pending = False
-            if error is not ErrorCode.NONE:
-                status.response = ProducePartitionResponse(
-                    error=error, base_offset=status.response.base_offset,
-                    log_append_time_ms=status.response.log_append_time_ms,
-                    log_start_offset=status.response.log_start_offset)
+                          op: DelayedProduce, changed: TopicPartition | None) -> bool:
+    if changed is None:
+        for tp, status in op.statuses.items():
+            if status.acks_pending:
+                _produce_check_one(check, tp, status)
+    else:
+        waiting = op.statuses.get(changed)
+        if waiting is not None and waiting.acks_pending:
+            _produce_check_one(check, changed, waiting)
     return not any(status.acks_pending for status in op.statuses.values())
 
 
@@ -217,7 +253,8 @@ def _produce_expire(op: DelayedProduce) -> None:
 def produce_purgatory(check: Callable[[TopicPartition, int], tuple[bool, ErrorCode]]) -> Purgatory[DelayedProduce]:
     """A purgatory for delayed produces; ``check(tp, required_offset)`` is
     :meth:`Partition.check_enough_replicas_reach_offset` (or an error for a missing partition)."""
-    return Purgatory(try_complete=lambda op: _produce_try_complete(check, op), on_expire=_produce_expire)
+    return Purgatory(try_complete=lambda op, changed: _produce_try_complete(check, op, changed),
+                     on_expire=_produce_expire)
 
 
 # ================================================================== fetch
@@ -245,6 +282,8 @@ class FetchParams:
     max_bytes: int = 50 * 1024 * 1024
     isolation: partition_mod.FetchIsolation = partition_mod.FetchIsolation.HIGH_WATERMARK
     """For consumers; followers always read to the log end."""
+    replica_epoch: int = -1
+    """The follower's broker epoch (a fetch session is bound to it), -1 for consumers."""
 
     @property
     def is_from_follower(self) -> bool:
@@ -264,9 +303,16 @@ class FetchPartitionStatus:
 
 
 class DelayedFetch:
-    """A fetch waiting for ``min_bytes`` (Kafka's DelayedFetch); answered by reading again."""
+    """A fetch waiting for ``min_bytes`` (Kafka's DelayedFetch); answered by reading again.
 
-    __slots__ = ("_deadline_ms", "_op_id", "params", "partitions")
+    Keeps each partition's readable bytes from its last check (``available``) and their
+    sum, so a change of one partition costs one probe, not one per partition; and the
+    partitions that changed while it waited (``changed``), the only ones whose first
+    read may be stale when the wait ends.
+    """
+
+    __slots__ = ("_deadline_ms", "_op_id", "accumulated", "available", "changed", "params",
+                 "partitions")
 
     def __init__(self, *, op_id: int, deadline_ms: int, params: FetchParams,
                  partitions: Mapping[TopicPartition, FetchPartitionStatus]) -> None:
@@ -274,6 +320,12 @@ class DelayedFetch:
         self._deadline_ms = deadline_ms
         self.params = params
         self.partitions = dict(partitions)
+        self.available: dict[TopicPartition, int] = {}
+        """Bytes counted towards ``min_bytes`` per partition (capped at its max bytes)."""
+        self.accumulated = 0
+        """The sum of ``available``."""
+        self.changed: set[TopicPartition] = set()
+        """Partitions checked again after the first check: something about them moved."""
 
     @property
     def op_id(self) -> int:
@@ -285,7 +337,7 @@ class DelayedFetch:
 
     @property
     def keys(self) -> Iterable[TopicPartition]:
-        return list(self.partitions)
+        return self.partitions.keys()
 
     def requests(self) -> dict[TopicPartition, FetchPartitionRequest]:
         return {tp: status.request for tp, status in self.partitions.items()}
@@ -295,16 +347,32 @@ FetchProbe = Callable[[TopicPartition, FetchPartitionStatus, FetchParams], int |
 """Bytes readable for one waiting partition, or None when the fetch must be answered now."""
 
 
-def _fetch_try_complete(probe: FetchProbe, op: DelayedFetch) -> bool:
-    accumulated = 0
-    for tp, status in op.partitions.items():
-        available = probe(tp, status, op.params)
-        if available is None:
-            return True
-        accumulated += min(available, status.request.partition_max_bytes)
-    return accumulated >= op.params.min_bytes
+def _fetch_try_complete(probe: FetchProbe, op: DelayedFetch, changed: TopicPartition | None) -> bool:
+    if changed is None:
+        accumulated = 0
+        for tp, status in op.partitions.items():
+            available = probe(tp, status, op.params)
+            if available is None:
+                return True
+            counted = min(available, status.request.partition_max_bytes)
+            op.available[tp] = counted
+            accumulated += counted
+        op.accumulated = accumulated
+        return accumulated >= op.params.min_bytes
+    watched = op.partitions.get(changed)
+    if watched is None:
+        return False
+    op.changed.add(changed)
+    available = probe(changed, watched, op.params)
+    if available is None:
+        return True
+    counted = min(available, watched.request.partition_max_bytes)
+    op.accumulated += counted - op.available.get(changed, 0)
+    op.available[changed] = counted
+    return op.accumulated >= op.params.min_bytes
 
 
 def fetch_purgatory(probe: FetchProbe) -> Purgatory[DelayedFetch]:
     """A purgatory for delayed fetches; expiry just completes them (the owner reads again)."""
-    return Purgatory(try_complete=lambda op: _fetch_try_complete(probe, op), on_expire=lambda _op: None)
+    return Purgatory(try_complete=lambda op, changed: _fetch_try_complete(probe, op, changed),
+                     on_expire=lambda _op: None)

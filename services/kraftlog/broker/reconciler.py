@@ -18,8 +18,15 @@ a Kubernetes operator on its spec). On every delta it takes
   replica still assigned is never deleted.
 
 :meth:`Reconciler.reconcile_all` compares the whole image with local state
-(level-triggered: run periodically and after a snapshot load) and converges the
-same way.
+(level-triggered) and converges the same way.
+
+Cost (issue 16): :meth:`Reconciler.apply_delta` does work proportional to what the
+delta changed for this broker (``local_changes``), never to the partitions hosted. The
+level-triggered safety net that retries what a delta could not do (a replica whose log
+could not be created or deleted) is :meth:`Reconciler.reconcile_step`: one full pass
+spread over many small steps, each converging at most ``max_partitions`` replicas against
+the *current* image, so a broker with 10,000 replicas never stops its event loop for a
+whole pass; the driver runs a pass rarely (``RECONCILE_PASS_INTERVAL_S`` in the process).
 
 Callers: the broker process's metadata publisher (:mod:`kraftlog.broker.process`),
 which then starts and stops replica fetchers as :class:`ReconcileResult` says.
@@ -100,6 +107,10 @@ class Reconciler:
         self.manager = manager
         self.store = store
         self.image: im.MetadataImage = im.EMPTY
+        # The full pass in progress (reconcile_step): what is left of it, in order.
+        self._pass: list[tuple[Uuid, int]] = []
+        self._pass_local: list[tuple[TopicPartition, Uuid]] = []
+        self.passes_completed = 0
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -132,6 +143,56 @@ class Reconciler:
                 registration=im.PartitionRegistration(replicas=partition.replicas, isr=(),
                                                       leader=partition.leader_id)))
         return self._apply(deletes=tuple(deletes), assigned=tuple(assigned), now_ms=now_ms)
+
+    def reconcile_step(self, image: im.MetadataImage, *, max_partitions: int,
+                       now_ms: int) -> tuple[ReconcileResult, bool]:
+        """One step of a full pass (:meth:`reconcile_all` cut into pieces): converges at most
+        ``max_partitions`` replicas, each against ``image`` (the current one, not the one the
+        pass started with); returns the result and whether the pass is now complete.
+
+        A pass lists what the image assigns here and what is hosted here when it starts
+        (O(partitions) once per pass), then walks the lists: an assigned replica is converged
+        if the image still assigns it; a hosted one the image no longer assigns (or whose
+        topic id changed) is deleted."""
+        self.image = image
+        if not self._pass and not self._pass_local:
+            self._pass = [(info.topic_id, info.partition_id)
+                          for info in image.topics.partitions_on_broker(self.broker_id)]
+            self._pass.reverse()  # popped from the end: image order
+            self._pass_local = [(tp, p.topic_id) for tp, p in self.manager.partitions.items()]
+            self._pass_local.reverse()
+        budget = max(1, max_partitions)
+        assigned: list[im.PartitionInfo] = []
+        while self._pass and budget > 0:
+            topic_id, partition_id = self._pass.pop()
+            budget -= 1
+            topic = image.topics.get_topic(topic_id)
+            info = topic.partition_info(partition_id) if topic is not None else None
+            if info is not None:
+                assigned.append(info)
+        deletes: list[im.PartitionInfo] = []
+        while not self._pass and self._pass_local and budget > 0:
+            tp, topic_id = self._pass_local.pop()
+            budget -= 1
+            partition = self.manager.get_partition(tp)
+            if partition is None or partition.topic_id != topic_id:
+                continue
+            topic = image.topics.get_topic(topic_id)
+            registration = topic.partition(tp.partition) if topic is not None else None
+            if (registration is not None and topic is not None and topic.name == tp.topic
+                    and self.broker_id in registration.replicas):
+                continue
+            if self.manager.replica_state(tp) is ReplicaState.REPLICA_DELETION_STARTED:
+                continue
+            deletes.append(im.PartitionInfo(
+                topic_id=topic_id, topic_name=tp.topic, partition_id=tp.partition,
+                registration=im.PartitionRegistration(replicas=partition.replicas, isr=(),
+                                                      leader=partition.leader_id)))
+        result = self._apply(deletes=deletes, assigned=assigned, now_ms=now_ms)
+        done = not self._pass and not self._pass_local
+        if done:
+            self.passes_completed += 1
+        return result, done
 
     # -- convergence -----------------------------------------------------------------------------
 

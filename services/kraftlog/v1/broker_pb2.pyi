@@ -441,6 +441,32 @@ class FetchRequest(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ForgottenTopic(_message.Message):
+        """Partitions an incremental fetch removes from its session."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOPIC_FIELD_NUMBER: _builtins.int
+        PARTITIONS_FIELD_NUMBER: _builtins.int
+        topic: _builtins.str
+        """The topic name."""
+        @_builtins.property
+        def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """The partition indexes."""
+
+        def __init__(
+            self,
+            *,
+            topic: _builtins.str = ...,
+            partitions: _abc.Iterable[_builtins.int] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     REPLICA_EPOCH_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
@@ -448,6 +474,9 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SESSION_EPOCH_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_TOPICS_DATA_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """The fetching follower's broker id, or -1 for a consumer. Consumers read
     up to the high watermark; followers up to the log end offset.
@@ -464,9 +493,24 @@ class FetchRequest(_message.Message):
     """Upper bound on the whole response's data, in bytes."""
     isolation_level: _common_pb2.IsolationLevel.ValueType
     """READ_UNCOMMITTED or READ_COMMITTED (consumers; followers read everything)."""
+    session_id: _builtins.int
+    """The fetch session (KIP-227, follower fetches): 0 for none or to open one."""
+    session_epoch: _builtins.int
+    """Absent: no session (a full fetch, answered in full; consumers). 0: a full fetch that
+    opens a new session (its id comes back in FetchResponse.session_id); N > 0: the Nth
+    incremental fetch of session_id; -1: close session_id (then a full fetch without one).
+    A wrong epoch answers INVALID_FETCH_SESSION_EPOCH, an unknown id
+    FETCH_SESSION_ID_NOT_FOUND (the follower then opens a new session).
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchRequest.FetchTopic]:
-        """The partitions, by topic."""
+        """The partitions, by topic. In an incremental fetch (session_epoch > 0) only the
+        partitions added to the session or whose fetch position changed since the last request.
+        """
+
+    @_builtins.property
+    def forgotten_topics_data(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchRequest.ForgottenTopic]:
+        """Removed from the session by an incremental fetch."""
 
     def __init__(
         self,
@@ -478,12 +522,17 @@ class FetchRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         isolation_level: _common_pb2.IsolationLevel.ValueType = ...,
         topics: _abc.Iterable[Global___FetchRequest.FetchTopic] | None = ...,
+        session_id: _builtins.int = ...,
+        session_epoch: _builtins.int | None = ...,
+        forgotten_topics_data: _abc.Iterable[Global___FetchRequest.ForgottenTopic] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_session_epoch", b"_session_epoch", "session_epoch", b"session_epoch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_session_epoch", b"_session_epoch", "forgotten_topics_data", b"forgotten_topics_data", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "session_epoch", b"session_epoch", "session_id", b"session_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__session_epoch: _TypeAlias = _typing.Literal["session_epoch"]  # noqa: Y015
+    _WhichOneofArgType__session_epoch: _TypeAlias = _typing.Literal["_session_epoch", b"_session_epoch"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__session_epoch) -> _WhichOneofReturnType__session_epoch | None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
 
@@ -588,6 +637,9 @@ class FetchResponse(_message.Message):
 
     ERROR_FIELD_NUMBER: _builtins.int
     RESPONSES_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.int
+    """The fetch session this answer belongs to; 0: none."""
     @_builtins.property
     def error(self) -> _common_pb2.Error:
         """NONE, or a whole-request failure (INVALID_REQUEST; the broker is not
@@ -596,8 +648,9 @@ class FetchResponse(_message.Message):
 
     @_builtins.property
     def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchResponse.FetchableTopicResponse]:
-        """Per-topic, per-partition data. In a FetchStream message, only partitions
-        with news are present.
+        """Per-topic, per-partition data. In a FetchStream message, and in the answer to a
+        fetch in a session, only partitions with news are present (records, an error, a
+        diverging epoch, a new high watermark or log start offset: KIP-227).
         """
 
     def __init__(
@@ -605,10 +658,11 @@ class FetchResponse(_message.Message):
         *,
         error: _common_pb2.Error | None = ...,
         responses: _abc.Iterable[Global___FetchResponse.FetchableTopicResponse] | None = ...,
+        session_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "responses", b"responses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "responses", b"responses", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
