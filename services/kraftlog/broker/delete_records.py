@@ -66,7 +66,9 @@ class DelayedDeleteRecords:
 
     @property
     def keys(self) -> Iterable[TopicPartition]:
-        return [tp for tp, status in self.statuses.items() if status.pending]
+        # Every partition of the request, fixed at creation: the purgatory unwatches an op
+        # by the keys it watched it under.
+        return self.statuses.keys()
 
     def responses(self) -> dict[TopicPartition, DeleteRecordsPartitionResponse]:
         return {tp: status.response for tp, status in self.statuses.items()}
