@@ -1,4 +1,4 @@
-"""Micro-benchmark of the broker's header-only batch paths (kraftlog.storage.record_batch).
+"""Micro-benchmark of the broker's header-only batch paths (kraftlog.storage.batch_header).
 
 Measures ``stamp_batches`` (leader append: CRC check + header patch per batch)
 and ``scan_valid_prefix`` (recovery scan) over 1 MiB of batches, and prints each
@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import crc32c
 
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 MIB = 1024 * 1024
@@ -53,13 +54,13 @@ def main() -> None:
     for records_per_batch, value_size in ((1, 100), (16, 1000), (64, 16_000)):
         data = _batches(records_per_batch, value_size, MIB)
         buf = bytearray(data)
-        rb.stamp_batches(buf, first_offset=0, leader_epoch=1)
+        bh.stamp_batches(buf, first_offset=0, leader_epoch=1)
         data = bytes(buf)  # offsets now increase, so the scan walks every batch
         anchor = _best_seconds(lambda data=data: crc32c.crc32c(data))  # type: ignore[misc]
         stamp = _best_seconds(
-            lambda buf=buf: rb.stamp_batches(buf, first_offset=0, leader_epoch=1)  # type: ignore[misc]
+            lambda buf=buf: bh.stamp_batches(buf, first_offset=0, leader_epoch=1)  # type: ignore[misc]
         )
-        scan = _best_seconds(lambda data=data: rb.scan_valid_prefix(data))  # type: ignore[misc]
+        scan = _best_seconds(lambda data=data: bh.scan_valid_prefix(data))  # type: ignore[misc]
         shape = f"{records_per_batch} x {value_size} B records"
         print(f"{shape:<26}{len(data) / anchor / 1e9:>12.1f}"
               f"{anchor / stamp:>8.3f}{anchor / scan:>8.3f}")
