@@ -290,68 +290,30 @@ _TOMBSTONE: Final = 7
 def _parse_records(data: bytes, count: int) -> list[_Rec]:
     """Walk ``count`` records; ValueError/IndexError if malformed.
 
-    The zigzag varints are decoded inline for one and two bytes (nearly all of
-    them); longer ones go to :mod:`varint`. This loop is the cleaner's cost.
+    Every varint goes through :func:`varint.decode_varlong` (its one- and two-byte fast
+    path covers nearly all of them). The records were validated when they were produced:
+    this walk only finds where each field lies, it does not recheck widths.
     """
     out: list[_Rec] = []
     append = out.append
-    slow = varint.decode_varlong
+    read = varint.decode_varlong
     pos = 0
     end = len(data)
     for _ in range(count):
         start = pos
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            raw = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            length, pos = slow(data, pos)
+        length, pos = read(data, pos)
         limit = pos + length
         if length <= 0 or limit > end:
             raise ValueError(f"record at byte {start} has length {length} ({end - pos} bytes remain)")
         attr_at = pos
-        pos += 1
-        b = data[pos]
-        if b < 0x80:
-            timestamp_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            raw = (b & 0x7F) | (data[pos + 1] << 7)
-            timestamp_delta = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            timestamp_delta, pos = slow(data, pos)
-        after_ts = pos
-        b = data[pos]
-        if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            raw = (b & 0x7F) | (data[pos + 1] << 7)
-            offset_delta = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            offset_delta, pos = slow(data, pos)
-        b = data[pos]
-        if b < 0x80:
-            key_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            key_len, pos = slow(data, pos)
+        timestamp_delta, after_ts = read(data, pos + 1)
+        offset_delta, pos = read(data, after_ts)
+        key_len, pos = read(data, pos)
         key: bytes | None = None
         if key_len >= 0:
             key = data[pos:pos + key_len]
             pos += key_len
-        b = data[pos]
-        if b < 0x80:
-            value_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            value_len, pos = slow(data, pos)
+        value_len, pos = read(data, pos)
         if value_len > 0 and pos + value_len > limit:
             raise ValueError(f"record at byte {start} overruns its length {length}")
         append((start, limit, attr_at, after_ts, timestamp_delta, offset_delta, key, value_len < 0))

@@ -262,7 +262,8 @@ def _scan_records(data: bytes | bytearray, pos: int, end: int, count: int,
 
     One pass, nothing built per record. Each varint is read inline when it takes one or two
     bytes (zigzag: raw ``r`` stands for ``(r >> 1) ^ -(r & 1)``), else by
-    :func:`_slow_varint`. Reads may run past a record's end into the bytes after it (never
+    :func:`_slow_varint`: :func:`kraftlog.storage.varint.decode_varint`'s fast path,
+    copied for speed (the reader is varint.py; see its docstring). Reads may run past a record's end into the bytes after it (never
     past ``len(data)``, which raises IndexError): every record must end exactly where its
     length says, and before ``end``, so such a read always ends in a refusal.
     """

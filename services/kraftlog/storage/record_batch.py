@@ -631,8 +631,10 @@ def _decode_records(
     for index in range(count):
         start = pos
         try:
-            # Zigzag varints: raw value v encodes (v >> 1) ^ -(v & 1); an odd raw value
-            # of a length is negative (1 means -1: null key or value).
+            # varint.decode_varint's one- and two-byte case, inline for speed (the reader
+            # is varint.py; see its docstring). Zigzag: raw value v encodes
+            # (v >> 1) ^ -(v & 1); an odd raw value of a length is negative (1 means -1:
+            # null key or value).
             raw = data[pos]
             if raw < 0x80:
                 pos += 1
