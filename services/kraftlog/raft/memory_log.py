@@ -1,7 +1,7 @@
 """An in-memory :class:`~.raft_log.RaftLog` with a crash model, for the simulator and tests.
 
 It keeps whole RecordBatch v2 byte strings (headers patched through
-``kraftlog.storage.record_batch``, exactly as the segmented log does), a
+``kraftlog.storage.batch_header``, exactly as the segmented log does), a
 leader-epoch cache, snapshots as bytes, and the durable prefix:
 
 * ``flush()`` makes everything appended so far durable; ``begin_flush()`` /

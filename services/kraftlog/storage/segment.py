@@ -11,7 +11,7 @@ from it; offset-by-timestamp lookup; flush and delete.
 Called by :mod:`kraftlog.storage.log` only. It never decodes records on the
 append or read path: it looks at the 61-byte v2 batch headers and moves bytes.
 Offsets and leader epochs are stamped, and CRCs checked, by
-:mod:`kraftlog.storage.record_batch` before bytes reach this module. It never
+:mod:`kraftlog.storage.batch_header` before bytes reach this module. It never
 reads the clock (``now_ms`` is passed in) and knows nothing about other
 segments, retention or the recovery point: the Log decides those.
 """
@@ -61,7 +61,7 @@ name at each use, because building one per batch is on the append hot path
 
 
 def walk_batches(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None) -> list[BatchInfo]:
-    """Header-only walk over ``buf[start:end]``, whole batches already validated by record_batch.
+    """Header-only walk over ``buf[start:end]``, whole batches already validated by batch_header.
 
     Positions are relative to ``buf``. Raises CorruptRecordError if the range
     does not end on a batch boundary.
