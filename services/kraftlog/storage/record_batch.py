@@ -43,11 +43,6 @@ _INT32 = (varint.INT32_MIN, varint.INT32_MAX)
 _INT64 = (varint.INT64_MIN, varint.INT64_MAX)
 _CONTROL_KEY = struct.Struct(">hh")
 
-# For broker/partition.py only, which was being edited concurrently when the header half
-# moved to batch_header: it is to import batch_header itself, and these two go.
-BatchHeader = bh.BatchHeader
-iter_batches = bh.iter_batches
-
 
 class ControlRecordType(enum.IntEnum):
     """Type id in a control record's key (Kafka ``ControlRecordType``).
