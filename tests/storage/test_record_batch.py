@@ -1,4 +1,4 @@
-"""Tests of kraftlog.storage.record_batch (RecordBatch v2) and kraftlog.storage.varint."""
+"""Tests of kraftlog.storage.batch_header and record_batch (RecordBatch v2) and kraftlog.storage.varint."""
 
 from __future__ import annotations
 
