@@ -41,6 +41,7 @@ from typing import TypeVar
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "services"))
 
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch
 from kraftlog.storage.log import FetchData, Log
 from kraftlog.storage.log_config import LogConfig
@@ -261,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="kraftlog-bench-") as tmp:
         for size in sizes:
             chunk = make_chunk(batch_bytes=size, record_bytes=args.record_bytes)
-            batches = len(list(record_batch.iter_batches(chunk)))
+            batches = len(list(bh.iter_batches(chunk)))
             rate = measure(chunk, total=total, rounds=args.rounds, tmp=tmp)
             append_ratio = rate["append_ratio"]
             read_ratio = rate["read_ratio"]

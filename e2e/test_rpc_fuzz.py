@@ -67,6 +67,7 @@ from hypothesis import strategies as st
 
 from kraftlog import client
 from kraftlog.error_codes import ErrorCode
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, controller_pb2, raft_pb2
 from tests.dev_cluster import DevCluster
@@ -138,8 +139,8 @@ def _batch(values: list[bytes], *, damage: int | None) -> bytes:
     for value in values:
         builder.append(None, value, (), int(time.time() * 1000))
     raw = bytearray(builder.build())
-    if damage is not None and len(raw) > rb.HEADER_SIZE:
-        at = rb.HEADER_SIZE + damage % (len(raw) - rb.HEADER_SIZE)
+    if damage is not None and len(raw) > bh.HEADER_SIZE:
+        at = bh.HEADER_SIZE + damage % (len(raw) - bh.HEADER_SIZE)
         raw[at] ^= 0xFF
         struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
     return bytes(raw)

@@ -43,6 +43,7 @@ from kraftlog import errors
 from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as mr
 from kraftlog.raft import control_records as cr
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 MAX_LISTED = 20
@@ -121,7 +122,7 @@ def _writers(evidence: ev.Evidence, places: Iterable[tuple[int, int]]) -> dict[t
                        if (partition, o) in wanted]
             if not offsets:
                 continue
-            header = rb.BatchHeader(batch.data)
+            header = bh.BatchHeader(batch.data)
             for place in offsets:
                 found[place] = (f"producer {header.producer_id} epoch {header.producer_epoch} "
                                 f"seq {header.base_sequence + place[1] - batch.base_offset}")
@@ -184,10 +185,10 @@ def check_reads_stable(evidence: ev.Evidence) -> CheckResult:
 def split_batches(data: bytes) -> tuple[tuple[ev.Batch, ...], str | None]:
     """The valid batches of one segment file's bytes, and why the scan stopped early (a torn
     tail or corruption), None if every byte was read."""
-    scan = rb.scan_valid_prefix(data)
+    scan = bh.scan_valid_prefix(data)
     found = tuple(ev.Batch(base_offset=h.base_offset, last_offset=h.last_offset,
                            epoch=h.partition_leader_epoch, data=bytes(h.view))
-                  for h in rb.iter_batches(memoryview(data)[:scan.valid_bytes]))
+                  for h in bh.iter_batches(memoryview(data)[:scan.valid_bytes]))
     return found, scan.error
 
 

@@ -15,6 +15,7 @@ from kraftlog.raft import control_records as cr
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.raft.snapshot import SnapshotWriter
 from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 BASE_MS = 1_763_900_000_000  # 2025-11-23, a wall-clock timestamp
@@ -155,7 +156,7 @@ def test_empty_log_and_wrong_directory(tmp_path: pathlib.Path,
 def _with(batch: bytes, *, base_offset: int, epoch: int) -> bytes:
     """``batch`` with its offset and epoch patched as a leader's append does."""
     buf = bytearray(batch)
-    header = rb.BatchHeader(buf)
+    header = bh.BatchHeader(buf)
     header.set_base_offset(base_offset)
     header.set_partition_leader_epoch(epoch)
     return bytes(buf)

@@ -9,6 +9,7 @@ from kraftlog.broker import log_cleaner
 from kraftlog.broker import partition as partition_mod
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import checkpoint
 from kraftlog.storage import record_batch as rb
 
@@ -118,7 +119,7 @@ def test_a_log_that_fails_to_clean_is_marked_uncleanable_and_the_others_go_on(tm
     broken = cluster.partitions[2]
     first = broken.log.segment_handles()[0]
     with open(first.log_path, "r+b") as f:  # damaged bytes: the cleaner checks each batch's CRC
-        f.seek(rb.RECORDS_OFFSET)
+        f.seek(bh.RECORDS_OFFSET)
         f.write(b"\xff" * 8)
     cleaner = log_cleaner.LogCleaner(
         settings=log_cleaner.LogCleanerSettings(defaults={"log.cleanup.policy": "compact"}))

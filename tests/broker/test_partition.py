@@ -13,6 +13,7 @@ from kraftlog.broker.partition import FetchIsolation, Partition, PartitionConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
 from kraftlog.metadata.records import LeaderRecoveryState
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
 from tests.broker.harness import T0, TP, batch, open_partition, values_of
@@ -103,7 +104,7 @@ def test_leader_append_stamps_offsets_and_the_leader_epoch(tmp_path: pathlib.Pat
     result = append(p, b"a", b"b")
     assert result.error is ErrorCode.NONE and result.info is not None
     assert (result.info.first_offset, result.info.last_offset) == (0, 1)
-    header = next(rb.iter_batches(p.log.read(0, 1 << 20).records))
+    header = next(bh.iter_batches(p.log.read(0, 1 << 20).records))
     assert header.partition_leader_epoch == 5
 
 
@@ -148,7 +149,7 @@ def test_corrupt_batches_answer_corrupt_message_and_write_nothing(tmp_path: path
     elif damage == "truncated":
         data = data[:-5]
     else:
-        data[rb.MAGIC_OFFSET] = 1
+        data[bh.MAGIC_OFFSET] = 1
     result = p.append_records_to_leader(bytes(data), required_acks=1, now_ms=T0)
     assert result.error is ErrorCode.CORRUPT_MESSAGE, result
     assert p.log_end_offset == 0
@@ -491,23 +492,23 @@ def test_a_compacted_topic_refuses_records_without_a_key(tmp_path: pathlib.Path,
 
 def _resealed(batch: bytes | bytearray) -> bytes:
     """``batch`` with its CRC recomputed after a test damaged it (a CRC-valid poison)."""
-    crc = crc32c.crc32c(bytes(batch[rb.ATTRIBUTES_OFFSET:]))
-    return bytes(batch[:rb.CRC_OFFSET]) + struct.pack(">I", crc) + bytes(batch[rb.CRC_OFFSET + 4:])
+    crc = crc32c.crc32c(bytes(batch[bh.ATTRIBUTES_OFFSET:]))
+    return bytes(batch[:bh.CRC_OFFSET]) + struct.pack(">I", crc) + bytes(batch[bh.CRC_OFFSET + 4:])
 
 
 def _poisoned(kind: str) -> bytes:
     good = bytearray(batch(b"a", b"b", b"c"))
     if kind == "garbage_records":
-        good[rb.RECORDS_OFFSET:] = bytes(range(100, 100 + len(good) - rb.RECORDS_OFFSET))
+        good[bh.RECORDS_OFFSET:] = bytes(range(100, 100 + len(good) - bh.RECORDS_OFFSET))
     elif kind == "lz4_flag_without_lz4":
-        good[rb.ATTRIBUTES_OFFSET + 1] |= int(rb.CompressionType.LZ4)
+        good[bh.ATTRIBUTES_OFFSET + 1] |= int(rb.CompressionType.LZ4)
     elif kind == "count_above_records":
-        good[rb.RECORDS_COUNT_OFFSET + 3] += 1
-        good[rb.LAST_OFFSET_DELTA_OFFSET + 3] += 1
+        good[bh.RECORDS_COUNT_OFFSET + 3] += 1
+        good[bh.LAST_OFFSET_DELTA_OFFSET + 3] += 1
     elif kind == "future_timestamp_flag":
-        good[rb.ATTRIBUTES_OFFSET + 1] |= rb.TIMESTAMP_TYPE_MASK
+        good[bh.ATTRIBUTES_OFFSET + 1] |= bh.TIMESTAMP_TYPE_MASK
     elif kind == "control_batch":
-        good[rb.ATTRIBUTES_OFFSET + 1] |= rb.CONTROL_FLAG_MASK
+        good[bh.ATTRIBUTES_OFFSET + 1] |= bh.CONTROL_FLAG_MASK
     return _resealed(good)
 
 
@@ -540,7 +541,7 @@ def test_timestamps_out_of_the_topics_bounds_are_invalid_timestamp(tmp_path: pat
     assert [e.batch_index for e in result.record_errors] == [1]
     assert p.log_end_offset == 0
     # The topic's configs reach the validator: LogAppendTime takes any producer timestamp.
-    p.log.reconfigure(LogConfig(segment_index_bytes=64 * 1024, message_timestamp_type=rb.TimestampType.LOG_APPEND_TIME,
+    p.log.reconfigure(LogConfig(segment_index_bytes=64 * 1024, message_timestamp_type=bh.TimestampType.LOG_APPEND_TIME,
                                 message_timestamp_before_max_ms=1000, message_timestamp_after_max_ms=10))
     assert p.append_records_to_leader(late, required_acks=1, now_ms=T0).error is ErrorCode.NONE
 

@@ -15,6 +15,7 @@ from kraftlog.broker import process
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.topic_partition import TopicPartition
@@ -235,16 +236,16 @@ def test_timestamp_settings_reach_each_log_from_the_broker_file_and_the_topic() 
             "controller.quorum.voters": "1@127.0.0.1:9093",
             "listeners": "PLAINTEXT://127.0.0.1:9092"}
     defaults = parsed(base)
-    assert defaults.message_timestamp_type is rb.TimestampType.CREATE_TIME
+    assert defaults.message_timestamp_type is bh.TimestampType.CREATE_TIME
     assert defaults.message_timestamp_before_max_ms == defaults.message_timestamp_after_max_ms == 2**63 - 1
     broker = parsed({**base, "log.message.timestamp.type": "LogAppendTime",
                      "log.message.timestamp.before.max.ms": "5000",
                      "log.message.timestamp.after.max.ms": "100"})
     assert (broker.message_timestamp_type, broker.message_timestamp_before_max_ms,
-            broker.message_timestamp_after_max_ms) == (rb.TimestampType.LOG_APPEND_TIME, 5000, 100)
+            broker.message_timestamp_after_max_ms) == (bh.TimestampType.LOG_APPEND_TIME, 5000, 100)
     with pytest.raises(errors.ConfigError, match=r"log\.message\.timestamp\.type"):
         parsed({**base, "log.message.timestamp.type": "Now"})
     topic = broker.with_overrides({"message.timestamp.type": "CreateTime",
                                    "message.timestamp.after.max.ms": "7"})
     assert (topic.message_timestamp_type, topic.message_timestamp_before_max_ms,
-            topic.message_timestamp_after_max_ms) == (rb.TimestampType.CREATE_TIME, 5000, 7)
+            topic.message_timestamp_after_max_ms) == (bh.TimestampType.CREATE_TIME, 5000, 7)

@@ -26,6 +26,7 @@ from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
 from kraftlog.raft import transport
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
@@ -532,9 +533,9 @@ def test_a_poisoned_produce_is_refused_with_record_errors_and_the_partition_stay
     broker = Broker(tmp_path, isr=(1,), min_isr=1)
     good = batch(b"a", b"b")
     garbage = bytearray(good)
-    garbage[rb.RECORDS_OFFSET:] = bytes(range(1, 1 + len(good) - rb.RECORDS_OFFSET))
+    garbage[bh.RECORDS_OFFSET:] = bytes(range(1, 1 + len(good) - bh.RECORDS_OFFSET))
     not_lz4 = bytearray(good)
-    not_lz4[rb.ATTRIBUTES_OFFSET + 1] |= int(rb.CompressionType.LZ4)
+    not_lz4[bh.ATTRIBUTES_OFFSET + 1] |= int(rb.CompressionType.LZ4)
 
     def request(records: bytes) -> broker_pb2.ProduceRequest:
         return broker_pb2.ProduceRequest(acks=1, timeout_ms=30_000, topic_data=[
@@ -542,8 +543,8 @@ def test_a_poisoned_produce_is_refused_with_record_errors_and_the_partition_stay
                 broker_pb2.ProduceRequest.PartitionProduceData(index=0, records=records)])])
 
     def resealed(damaged: bytearray) -> bytes:
-        damaged[rb.CRC_OFFSET:rb.CRC_OFFSET + 4] = crc32c.crc32c(
-            bytes(damaged[rb.ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
+        damaged[bh.CRC_OFFSET:bh.CRC_OFFSET + 4] = crc32c.crc32c(
+            bytes(damaged[bh.ATTRIBUTES_OFFSET:])).to_bytes(4, "big")
         return bytes(damaged)
 
     async def scenario() -> tuple[Any, Any, Any, Any]:

@@ -9,6 +9,7 @@ import pytest
 from kraftlog.broker import producer_state as ps
 from kraftlog.broker.producer_state import BatchMetadata, ProducerBatch, ProducerStateManager
 from kraftlog.error_codes import ErrorCode
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 PID = 1000
@@ -190,16 +191,16 @@ def test_rebuild_from_headers_equals_the_incremental_state_at_every_step(seed: i
     batches = _header_log(seed)
     incremental = ProducerStateManager()
     for i, raw in enumerate(batches):
-        incremental.append_headers(rb.iter_batches(raw))
+        incremental.append_headers(bh.iter_batches(raw))
         rebuilt = ProducerStateManager()
-        rebuilt.rebuild(rb.iter_batches(b"".join(batches[: i + 1])))
+        rebuilt.rebuild(bh.iter_batches(b"".join(batches[: i + 1])))
         assert dict(rebuilt.producers) == dict(incremental.producers)
     # And after retention removes a prefix of the log.
     cut = len(batches) // 2
-    start = rb.BatchHeader(batches[cut]).base_offset
+    start = bh.BatchHeader(batches[cut]).base_offset
     incremental.truncate_head(start)
     rebuilt = ProducerStateManager()
-    rebuilt.rebuild(rb.iter_batches(b"".join(batches[cut:])))
+    rebuilt.rebuild(bh.iter_batches(b"".join(batches[cut:])))
     assert dict(rebuilt.producers) == dict(incremental.producers)
 
 
@@ -207,9 +208,9 @@ def test_control_batches_carry_no_producer_state() -> None:
     control = rb.build_batch([rb.RecordInput(key=rb.encode_control_record_key(rb.ControlRecordType.COMMIT),
                                              value=b"\x00\x00\x00\x00\x00\x00")],
                              producer_id=5, producer_epoch=0, base_sequence=-1, is_control=True)
-    assert ProducerBatch.of(rb.BatchHeader(control)) is None
+    assert ProducerBatch.of(bh.BatchHeader(control)) is None
     plain = rb.build_batch([rb.RecordInput(value=b"v")])
-    assert ProducerBatch.of(rb.BatchHeader(plain)) is None
+    assert ProducerBatch.of(bh.BatchHeader(plain)) is None
 
 
 def test_has_batches_from_says_whether_a_cut_touches_any_producer() -> None:

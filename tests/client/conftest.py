@@ -23,6 +23,7 @@ import grpc
 import pytest
 
 from kraftlog.error_codes import ErrorCode
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
@@ -78,7 +79,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
 
     def end(self, key: tuple[str, int]) -> int:
         batches = self.logs.get(key, [])
-        return rb.BatchHeader(batches[-1]).base_offset + rb.BatchHeader(
+        return bh.BatchHeader(batches[-1]).base_offset + bh.BatchHeader(
             batches[-1]).last_offset_delta + 1 if batches else 0
 
     def Metadata(self, request: Any, context: Any) -> Any:
@@ -102,7 +103,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
     def _check_sequence(self, key: tuple[str, int], records: bytes) -> tuple[ErrorCode, int]:
         """An idempotent batch's verdict (one batch per partition and request): NONE and -1
         to append it, NONE and an offset for a duplicate, or the refusal."""
-        header = rb.BatchHeader(records)
+        header = bh.BatchHeader(records)
         if header.producer_id < 0:
             return ErrorCode.NONE, -1
         first, last = header.base_sequence, header.base_sequence + header.last_offset_delta
@@ -139,7 +140,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                     scripted[key] = script.pop(0) if script else ErrorCode.NONE
                     pauses = self.produce_delays.get(key)
                     pause = pauses.pop(0) if pauses else 0.0
-                    header = rb.BatchHeader(data.records)
+                    header = bh.BatchHeader(data.records)
                     plans = (self.by_sequence.get(header.base_sequence)
                              if header.producer_id >= 0 else None)
                     planned = plans.pop(0) if plans else None
@@ -185,7 +186,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                             log_append_time_ms=-1, log_start_offset=0))
                         continue
                     base = self.end(key)
-                    header = rb.BatchHeader(data.records)
+                    header = bh.BatchHeader(data.records)
                     if header.producer_id >= 0:
                         cached = self.producers.setdefault((*key, header.producer_id), [])
                         cached.append((header.base_sequence,
@@ -193,10 +194,10 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                         del cached[:-5]
                     next_offset = base
                     raw = bytearray(data.records)
-                    for header in list(rb.iter_batches(raw)):
+                    for header in list(bh.iter_batches(raw)):
                         struct.pack_into(">q", raw, header.position, next_offset)
                         next_offset += header.last_offset_delta + 1
-                    for header in rb.iter_batches(bytes(raw)):
+                    for header in bh.iter_batches(bytes(raw)):
                         self.logs.setdefault(key, []).append(
                             bytes(raw[header.position:header.position + header.size_in_bytes]))
                     written = ErrorCode.REQUEST_TIMED_OUT if key in lost else ErrorCode.NONE
@@ -227,8 +228,8 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
                             error=_error(ErrorCode.OFFSET_OUT_OF_RANGE), high_watermark=end))
                         continue
                     batches = [b for b in self.logs.get(key, []) if (
-                        rb.BatchHeader(b).base_offset + rb.BatchHeader(b).last_offset_delta
-                        >= part.fetch_offset and rb.BatchHeader(b).base_offset >= start)]
+                        bh.BatchHeader(b).base_offset + bh.BatchHeader(b).last_offset_delta
+                        >= part.fetch_offset and bh.BatchHeader(b).base_offset >= start)]
                     # Whole batches up to partition_max_bytes, at least one (as Kafka does).
                     size = 0
                     for count, batch in enumerate(batches):

@@ -11,6 +11,7 @@ import pytest
 
 from kraftlog.client import accumulator as acc
 from kraftlog.errors import InvariantViolation
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 
@@ -80,7 +81,7 @@ def test_records_are_encoded_as_appended() -> None:
         batch = a.append(T0, r.key, r.value, r.headers, r.timestamp_ms or 0, now_ms=0)
     assert batch.builder.build(producer_id=3, producer_epoch=1, base_sequence=9) == (
         rb.build_batch(records, producer_id=3, producer_epoch=1, base_sequence=9))
-    assert batch.size_bytes == rb.HEADER_SIZE + sum(acc.estimate_fields(r.key, r.value, r.headers) for r in records)
+    assert batch.size_bytes == bh.HEADER_SIZE + sum(acc.estimate_fields(r.key, r.value, r.headers) for r in records)
 
 
 def test_a_refused_record_leaves_nothing_behind() -> None:
@@ -164,4 +165,4 @@ def test_estimate_counts_key_value_and_headers() -> None:
     r = rb.RecordInput(key=b"kk", value=b"vvv", headers=(rb.Header(key="h", value=b"12"),))
     assert acc.estimate_fields(r.key, r.value, r.headers) == acc.RECORD_OVERHEAD_BYTES + 2 + 3 + 1 + 10 + 2
     encoded = rb.build_batch([r])
-    assert len(encoded) - rb.HEADER_SIZE <= acc.estimate_fields(r.key, r.value, r.headers)
+    assert len(encoded) - bh.HEADER_SIZE <= acc.estimate_fields(r.key, r.value, r.headers)

@@ -14,6 +14,7 @@ from kraftlog.client import commands
 from kraftlog.client import errors as client_errors
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError, KraftlogError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.compression import CompressionType
 from tests.quorum_cluster import free_ports
@@ -180,7 +181,7 @@ def test_cli_unknown_topic_is_one_line(capsys: pytest.CaptureFixture[str],
 
 def test_json_output_keeps_binary_as_base64() -> None:
     record = client.ConsumerRecord(topic="t", partition=0, offset=3, timestamp_ms=5,
-                                   timestamp_type=rb.TimestampType.LOG_APPEND_TIME,
+                                   timestamp_type=bh.TimestampType.LOG_APPEND_TIME,
                                    key=None, value=b"\xff\x00", headers=(), leader_epoch=0)
     row = json.loads(commands.format_json(record))
     assert row == {"topic": "t", "partition": 0, "offset": 3, "timestamp": 5,

@@ -20,6 +20,7 @@ import pytest
 
 from kraftlog import cli, client
 from kraftlog.error_codes import ErrorCode
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 T0 = client.TopicPartition(topic="t", partition=0)
@@ -34,25 +35,25 @@ def good_batch(base_offset: int, count: int, *, prefix: str = "v") -> bytes:
 
 
 def _reseal(batch: bytearray) -> bytes:
-    crc = crc32c.crc32c(bytes(batch[rb.ATTRIBUTES_OFFSET:]))
-    struct.pack_into(">I", batch, rb.CRC_OFFSET, crc)
+    crc = crc32c.crc32c(bytes(batch[bh.ATTRIBUTES_OFFSET:]))
+    struct.pack_into(">I", batch, bh.CRC_OFFSET, crc)
     return bytes(batch)
 
 
 def garbage_records(base_offset: int, count: int) -> bytes:
     """CRC-valid, but the records section is not records."""
     batch = bytearray(good_batch(base_offset, count))
-    size = len(batch) - rb.RECORDS_OFFSET
-    batch[rb.RECORDS_OFFSET:] = (b"\xff\x13garbage" * size)[:size]
+    size = len(batch) - bh.RECORDS_OFFSET
+    batch[bh.RECORDS_OFFSET:] = (b"\xff\x13garbage" * size)[:size]
     return _reseal(batch)
 
 
 def false_lz4(base_offset: int, count: int) -> bytes:
     """CRC-valid, flagged lz4, but the payload is plain records."""
     batch = bytearray(good_batch(base_offset, count))
-    attributes = struct.unpack_from(">h", batch, rb.ATTRIBUTES_OFFSET)[0]
-    struct.pack_into(">h", batch, rb.ATTRIBUTES_OFFSET,
-                     (attributes & ~rb.COMPRESSION_CODEC_MASK) | int(rb.CompressionType.LZ4))
+    attributes = struct.unpack_from(">h", batch, bh.ATTRIBUTES_OFFSET)[0]
+    struct.pack_into(">h", batch, bh.ATTRIBUTES_OFFSET,
+                     (attributes & ~bh.COMPRESSION_CODEC_MASK) | int(rb.CompressionType.LZ4))
     return _reseal(batch)
 
 
@@ -171,7 +172,7 @@ def test_other_partitions_keep_their_records(fake_broker: Any) -> None:
 
 def test_a_header_too_damaged_to_name_its_end_still_names_the_offset(fake_broker: Any) -> None:
     bad = bytearray(good_batch(3, 2))
-    bad[rb.MAGIC_OFFSET] = 7  # not a v2 batch: its other header fields mean nothing
+    bad[bh.MAGIC_OFFSET] = 7  # not a v2 batch: its other header fields mean nothing
     fake_broker.logs[("t", 0)] = [good_batch(0, 3), bytes(bad)]
     with consumer_for(fake_broker) as consumer:
         consumer.assign([T0])
@@ -209,7 +210,7 @@ def test_the_console_consumer_prints_the_good_records_then_one_error_line(
 
 def test_a_length_field_past_the_answer_is_corruption_not_a_stall(fake_broker: Any) -> None:
     bad = bytearray(good_batch(2, 2))
-    struct.pack_into(">i", bad, rb.LENGTH_OFFSET, 1 << 30)  # a flipped high bit of the length
+    struct.pack_into(">i", bad, bh.LENGTH_OFFSET, 1 << 30)  # a flipped high bit of the length
     fake_broker.logs[("t", 0)] = [good_batch(0, 2), bytes(bad)]
     with consumer_for(fake_broker) as consumer:
         consumer.assign([T0])

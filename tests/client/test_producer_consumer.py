@@ -15,7 +15,7 @@ from kraftlog import client
 from kraftlog.client import partitioner
 from kraftlog.client import producer as producer_mod
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage import record_batch as rb
+from kraftlog.storage import batch_header as bh
 
 T0 = client.TopicPartition(topic="t", partition=0)
 T1 = client.TopicPartition(topic="t", partition=1)
@@ -333,7 +333,7 @@ def _headers_of(broker: Any, key: tuple[str, int]) -> list[tuple[int, int, int, 
     """(producer id, epoch, base sequence, record count) of each batch in the fake's log."""
     out = []
     for raw in broker.logs.get(key, []):
-        h = rb.BatchHeader(raw)
+        h = bh.BatchHeader(raw)
         out.append((h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta + 1))
     return out
 
@@ -356,7 +356,7 @@ def test_idempotent_batches_carry_a_producer_id_and_sequences_per_partition(
     for request in fake_broker.produce_requests:
         for topic in request.topic_data:
             for data in topic.partition_data:
-                assert len(list(rb.iter_batches(data.records))) == 1
+                assert len(list(bh.iter_batches(data.records))) == 1
 
 
 def test_a_lost_producer_state_renumbers_under_a_new_id(fake_broker: Any) -> None:

@@ -18,6 +18,7 @@ from kraftlog import client
 from kraftlog.client import accumulator as acc
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 T0 = client.TopicPartition(topic="t", partition=0)
@@ -67,7 +68,7 @@ def test_a_partition_has_at_most_max_in_flight_requests(fake_broker: Any, window
     assert fake_broker.produce_most == window
     assert_written_once_in_order(fake_broker, futures, 40)
     for request in fake_broker.produce_requests:  # idempotent: one batch per partition
-        assert len(list(rb.iter_batches(request.topic_data[0].partition_data[0].records))) == 1
+        assert len(list(bh.iter_batches(request.topic_data[0].partition_data[0].records))) == 1
 
 
 REFUSALS = {ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.UNKNOWN_PRODUCER_ID}

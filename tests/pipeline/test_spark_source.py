@@ -48,6 +48,7 @@ from pyspark.sql import functions as F
 from kraftlog import client
 from kraftlog.pipeline import client_io, planning
 from kraftlog.pipeline.options import DataLossError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import broker_pb2_grpc
 from tests.dev_cluster import DevCluster
@@ -305,9 +306,9 @@ def _batch(base_offset: int, count: int) -> bytes:
 def _garbage(base_offset: int, count: int) -> bytes:
     """A CRC-valid batch whose records section is not records."""
     batch = bytearray(_batch(base_offset, count))
-    size = len(batch) - rb.RECORDS_OFFSET
-    batch[rb.RECORDS_OFFSET:] = (b"\xff\x13garbage" * size)[:size]
-    struct.pack_into(">I", batch, rb.CRC_OFFSET, crc32c.crc32c(bytes(batch[rb.ATTRIBUTES_OFFSET:])))
+    size = len(batch) - bh.RECORDS_OFFSET
+    batch[bh.RECORDS_OFFSET:] = (b"\xff\x13garbage" * size)[:size]
+    struct.pack_into(">I", batch, bh.CRC_OFFSET, crc32c.crc32c(bytes(batch[bh.ATTRIBUTES_OFFSET:])))
     return bytes(batch)
 
 

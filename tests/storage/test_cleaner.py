@@ -10,6 +10,7 @@ import pathlib
 import pytest
 
 from kraftlog.errors import ConfigError, InvariantViolation
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import cleaner
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage import segment as segment_mod
@@ -101,10 +102,10 @@ def test_keys_overwritten_many_times_shrink_to_one_record_per_key_at_their_offse
     assert result.records_retained == 20 and result.map_keys == 20 and result.end_offset == log.log_end_offset
     # Every offset is still covered by a batch: a replica can copy the log as it is.
     data = read_all(log)
-    covered = [(h.base_offset, h.last_offset) for h in rb.iter_batches(data)]
+    covered = [(h.base_offset, h.last_offset) for h in bh.iter_batches(data)]
     assert covered[0][0] == 0 and covered[-1][1] == log.log_end_offset - 1
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(covered))
-    for h in rb.iter_batches(data):
+    for h in bh.iter_batches(data):
         h.validate()
     replica = open_log(tmp_path / "replica")
     replica.append_as_follower(data, now_ms=T0)
@@ -160,7 +161,7 @@ def test_null_keys_are_dropped_and_producer_batches_leave_an_empty_last_batch(tm
     log.append_as_leader(kbatch((b"a", b"last")), leader_epoch=1, now_ms=T0)
     clean_all(log)
     assert [(o, k, v) for o, k, v, _ in records(log)] == [(5, b"a", b"last")]
-    batches = list(rb.iter_batches(read_all(log)))
+    batches = list(bh.iter_batches(read_all(log)))
     kept = [(b.base_offset, b.last_offset, b.producer_id, b.base_sequence, b.record_count, b.partition_leader_epoch)
             for b in batches]
     # Offsets 0-2 (epoch 0, the producer's first batch among them) are one filler; the

@@ -16,6 +16,7 @@ import tempfile
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import cleaner
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.compression import CompressionType
@@ -120,7 +121,7 @@ def test_compaction_matches_the_last_value_per_key_model(steps: list[tuple[str, 
                 last_below = {pid: (seq, first, last) for pid, seq, first, last in producer_batches
                               if last < result.end_offset}
                 headers = {(h.producer_id, h.base_sequence, h.base_offset, h.last_offset)
-                           for h in rb.iter_batches(read_all(log))}
+                           for h in bh.iter_batches(read_all(log))}
                 assert all((pid, *batch) in headers for pid, batch in last_below.items())
                 assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))
                 assert not spans or (spans[0][0] == log.log_start_offset and spans[-1][1] == log.log_end_offset - 1)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from kraftlog import cli
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import checkpoint, meta_properties, uuid
 from kraftlog.storage import record_batch as rb
 
@@ -316,7 +317,7 @@ def test_dump_prints_batches_and_records(tmp_path: pathlib.Path, capsys: pytest.
         "baseOffset: 0 lastOffset: 1 count: 2 baseSequence: -1 lastSequence: -1 producerId: -1 "
         "producerEpoch: -1 partitionLeaderEpoch: 3 isTransactional: false isControl: false "
         f"position: 0 CreateTime: 1001 size: {len(first)} magic: 2 compresscodec: none "
-        f"crc: {rb.BatchHeader(first).crc} isvalid: true"
+        f"crc: {bh.BatchHeader(first).crc} isvalid: true"
     )
     assert lines[3] == ("| offset: 0 CreateTime: 1000 keySize: 1 valueSize: 5 sequence: -1 "
                         "headerKeys: [] key: k payload: hello")
@@ -585,7 +586,7 @@ def test_dump_json_is_one_object_per_batch_and_record_with_kafkas_names(
                      "baseSequence": -1, "lastSequence": -1, "producerId": -1,
                      "producerEpoch": -1, "partitionLeaderEpoch": 3, "isTransactional": False,
                      "isControl": False, "position": 0, "CreateTime": 1001, "size": len(first),
-                     "magic": 2, "compresscodec": "none", "crc": rb.BatchHeader(first).crc,
+                     "magic": 2, "compresscodec": "none", "crc": bh.BatchHeader(first).crc,
                      "isvalid": True}
     assert objects[2] == {"type": "record", "offset": 0, "CreateTime": 1000, "keySize": 1,
                           "valueSize": 5, "sequence": -1, "headerKeys": [], "key": "k",

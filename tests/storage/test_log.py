@@ -15,6 +15,7 @@ from kraftlog.errors import (
     UnexpectedAppendOffsetError,
     UnsupportedCompressionTypeError,
 )
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import checkpoint
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log import Log, OffsetAndTimestamp
@@ -51,7 +52,7 @@ def batch(n: int = 3, *, ts: int = 1000, value: bytes = b"v" * 40, base_offset: 
 
 
 def headers(data: bytes) -> list[tuple[int, int, int]]:
-    return [(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in rb.iter_batches(data)]
+    return [(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in bh.iter_batches(data)]
 
 
 def open_log(path: pathlib.Path, **config: int | None) -> Log:
@@ -79,7 +80,7 @@ def test_leader_append_patches_a_writable_buffer_in_place(tmp_path: pathlib.Path
     log.append_as_leader(batch(2), leader_epoch=1, now_ms=0)
     buf = bytearray(batch(1))
     log.append_as_leader(buf, leader_epoch=1, now_ms=0)
-    assert rb.BatchHeader(buf).base_offset == 2
+    assert bh.BatchHeader(buf).base_offset == 2
     log.close()
 
 
@@ -117,8 +118,8 @@ def test_leader_append_leaves_a_writable_buffer_unchanged_when_a_later_batch_is_
 def test_leader_append_names_an_unknown_codec_id(tmp_path: pathlib.Path) -> None:
     log = open_log(tmp_path)
     data = bytearray(batch(1))
-    data[rb.ATTRIBUTES_OFFSET + 1] |= 5  # codec id 5: not a Kafka codec
-    data[rb.CRC_OFFSET:rb.ATTRIBUTES_OFFSET] = rb.BatchHeader(data).compute_crc().to_bytes(4, "big")
+    data[bh.ATTRIBUTES_OFFSET + 1] |= 5  # codec id 5: not a Kafka codec
+    data[bh.CRC_OFFSET:bh.ATTRIBUTES_OFFSET] = bh.BatchHeader(data).compute_crc().to_bytes(4, "big")
     with pytest.raises(UnsupportedCompressionTypeError, match="unknown compression codec id 5"):
         log.append_as_leader(data, leader_epoch=0, now_ms=0)
     assert log.log_end_offset == 0
@@ -127,14 +128,14 @@ def test_leader_append_names_an_unknown_codec_id(tmp_path: pathlib.Path) -> None
 
 def test_log_append_time_sets_max_timestamp_and_the_attribute_and_keeps_the_crc_valid(
         tmp_path: pathlib.Path) -> None:
-    log = Log.open(tmp_path, LogConfig(message_timestamp_type=rb.TimestampType.LOG_APPEND_TIME,
+    log = Log.open(tmp_path, LogConfig(message_timestamp_type=bh.TimestampType.LOG_APPEND_TIME,
                                        index_interval_bytes=0), now_ms=0)
     info = log.append_as_leader(batch(3, ts=1000) + batch(2, ts=5000), leader_epoch=1, now_ms=777_000)
     assert (info.max_timestamp, info.offset_of_max_timestamp, info.log_append_time_ms) == (777_000, 2, 777_000)
     data = log.read(0, 10_000).records
-    for header in rb.iter_batches(data):
+    for header in bh.iter_batches(data):
         header.validate()  # the CRC was recomputed over the patched fields
-        assert header.timestamp_type is rb.TimestampType.LOG_APPEND_TIME
+        assert header.timestamp_type is bh.TimestampType.LOG_APPEND_TIME
         assert header.max_timestamp == 777_000
     assert {r.timestamp_ms for b in rb.decode_batches(data) for r in b.records} == {777_000}
     assert log.offset_for_timestamp(777_000) == OffsetAndTimestamp(0, 777_000)
@@ -142,7 +143,7 @@ def test_log_append_time_sets_max_timestamp_and_the_attribute_and_keeps_the_crc_
     log.close()
     create_time = Log.open(tmp_path / "c", LogConfig(), now_ms=0)
     assert create_time.append_as_leader(batch(1, ts=1000), leader_epoch=1, now_ms=777_000).log_append_time_ms == -1
-    assert rb.BatchHeader(create_time.read(0, 10_000).records).max_timestamp == 1000
+    assert bh.BatchHeader(create_time.read(0, 10_000).records).max_timestamp == 1000
     create_time.close()
 
 
@@ -172,7 +173,7 @@ def test_read_only_and_writable_buffers_append_the_same_bytes(tmp_path: pathlib.
 
 
 def test_leader_append_plans_the_index_entries_recovery_would_build(tmp_path: pathlib.Path) -> None:
-    # The leader path plans index entries while it stamps (record_batch.stamp_range);
+    # The leader path plans index entries while it stamps (bh.stamp_range);
     # a recovery rebuilds them from a header walk. Both must agree, entry for entry.
     sizes = [1, 7, 2, 30, 1, 1, 12, 3, 9, 1, 2, 40, 5]
     log = open_log(tmp_path, index_interval_bytes=1500)
@@ -613,7 +614,7 @@ def test_delete_records_mid_segment_survives_a_restart_only_through_the_checkpoi
     assert reopened.log_start_offset == 4
     with pytest.raises(OffsetOutOfRangeError):
         reopened.read(3, 10**6)
-    assert rb.BatchHeader(reopened.read(4, 10**6).records).base_offset == 3  # the whole batch
+    assert bh.BatchHeader(reopened.read(4, 10**6).records).base_offset == 3  # the whole batch
     reopened.close()
     forgotten = Log.open(tmp_path / "t-0", config, now_ms=0, recovery_point=9)
     assert forgotten.log_start_offset == 0, "without the checkpoint, 0..3 come back"
@@ -648,11 +649,11 @@ def test_log_config_validates_and_reads_kafka_property_names() -> None:
         LogConfig(flush_interval_messages=0)
     with pytest.raises(ConfigError, match=r"config log.roll.ms must be an integer"):
         LogConfig.from_properties({"log.roll.ms": "soon"})
-    assert config.message_timestamp_type is rb.TimestampType.CREATE_TIME
+    assert config.message_timestamp_type is bh.TimestampType.CREATE_TIME
     assert LogConfig.from_properties({"log.message.timestamp.type": "LogAppendTime"}).message_timestamp_type \
-        is rb.TimestampType.LOG_APPEND_TIME
+        is bh.TimestampType.LOG_APPEND_TIME
     assert LogConfig.from_properties({"message.timestamp.type": "CreateTime"}).message_timestamp_type \
-        is rb.TimestampType.CREATE_TIME
+        is bh.TimestampType.CREATE_TIME
     with pytest.raises(ConfigError, match=r"message\.timestamp\.type must be one of CreateTime, LogAppendTime"):
         LogConfig.from_properties({"message.timestamp.type": "logappendtime"})
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import compression as codecs
 from kraftlog.storage import log_validator as lv
 from kraftlog.storage import record_batch as rb
@@ -22,7 +23,6 @@ from kraftlog.storage import varint
 
 NOW = 1_700_000_000_000
 CREATE = lv.ValidationConfig()
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 def record(index: int, *, key: bytes | None = b"k", value: bytes | None = b"v",
@@ -47,21 +47,21 @@ def record(index: int, *, key: bytes | None = b"k", value: bytes | None = b"v",
 def seal(section: bytes, *, count: int, last_offset_delta: int | None = None,
          codec: rb.CompressionType = rb.CompressionType.NONE, attributes: int = 0,
          base_timestamp: int = NOW, max_timestamp: int = NOW, producer_id: int = -1,
-         producer_epoch: int = -1, base_sequence: int = -1, magic: int = rb.MAGIC) -> bytes:
+         producer_epoch: int = -1, base_sequence: int = -1, magic: int = bh.MAGIC) -> bytes:
     """A batch around ``section`` (already compressed when ``codec`` says so), CRC computed."""
-    header = bytearray(rb.HEADER_SIZE)
-    _HEADER.pack_into(header, 0, 0, rb.MIN_BATCH_LENGTH + len(section), -1, magic, 0,
+    header = bytearray(bh.HEADER_SIZE)
+    bh.HEADER.pack_into(header, 0, 0, bh.MIN_BATCH_LENGTH + len(section), -1, magic, 0,
                       int(codec) | attributes, count - 1 if last_offset_delta is None else last_offset_delta,
                       base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count)
     batch = bytes(header) + section
-    crc = crc32c.crc32c(batch[rb.ATTRIBUTES_OFFSET:])
-    return batch[:rb.CRC_OFFSET] + struct.pack(">I", crc) + batch[rb.CRC_OFFSET + 4:]
+    crc = crc32c.crc32c(batch[bh.ATTRIBUTES_OFFSET:])
+    return batch[:bh.CRC_OFFSET] + struct.pack(">I", crc) + batch[bh.CRC_OFFSET + 4:]
 
 
 def reseal(batch: bytes | bytearray) -> bytes:
     """``batch`` with its CRC recomputed (after a test damaged it)."""
-    crc = crc32c.crc32c(bytes(batch[rb.ATTRIBUTES_OFFSET:]))
-    return bytes(batch[:rb.CRC_OFFSET]) + struct.pack(">I", crc) + bytes(batch[rb.CRC_OFFSET + 4:])
+    crc = crc32c.crc32c(bytes(batch[bh.ATTRIBUTES_OFFSET:]))
+    return bytes(batch[:bh.CRC_OFFSET]) + struct.pack(">I", crc) + bytes(batch[bh.CRC_OFFSET + 4:])
 
 
 def good(count: int = 3, **kwargs: object) -> bytes:
@@ -154,8 +154,8 @@ def test_zero_records_is_invalid_record() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "words"), [
-    ({"attributes": rb.CONTROL_FLAG_MASK}, "control"),
-    ({"attributes": rb.TRANSACTIONAL_FLAG_MASK, "producer_id": 5, "producer_epoch": 0, "base_sequence": 0},
+    ({"attributes": bh.CONTROL_FLAG_MASK}, "control"),
+    ({"attributes": bh.TRANSACTIONAL_FLAG_MASK, "producer_id": 5, "producer_epoch": 0, "base_sequence": 0},
      "transactional"),
     ({"producer_id": 5, "producer_epoch": -1, "base_sequence": 0}, "epoch"),
     ({"producer_id": 5, "producer_epoch": 0, "base_sequence": -1}, "sequence"),
@@ -266,10 +266,10 @@ def test_no_timestamp_is_not_out_of_range() -> None:
 
 
 def test_a_producer_may_not_claim_log_append_time_on_a_create_time_topic() -> None:
-    batch = good(attributes=rb.TIMESTAMP_TYPE_MASK)
+    batch = good(attributes=bh.TIMESTAMP_TYPE_MASK)
     rejection = refused(batch, ErrorCode.INVALID_TIMESTAMP)
     assert len(rejection.record_errors) == 3
-    log_append = lv.ValidationConfig(timestamp_type=rb.TimestampType.LOG_APPEND_TIME,
+    log_append = lv.ValidationConfig(timestamp_type=bh.TimestampType.LOG_APPEND_TIME,
                                      timestamp_before_max_ms=0, timestamp_after_max_ms=0)
     # On a LogAppendTime topic the leader overwrites the timestamps: none is checked.
     assert check(batch, log_append) is None
@@ -324,15 +324,15 @@ def test_flipped_record_bytes_are_refused_or_still_decode(records: list[rb.Recor
     """Random damage to the (uncompressed) records section, CRC recomputed: the validator refuses
     it, or what it accepts decodes in full, as a consumer will decode it. Never an exception."""
     batch = rb.build_batch(records, compression=rb.CompressionType.NONE)
-    section = bytearray(batch[rb.RECORDS_OFFSET:])
+    section = bytearray(batch[bh.RECORDS_OFFSET:])
     for _ in range(data.draw(st.integers(1, 4))):
         at = data.draw(st.integers(0, len(section) - 1))
         section[at] ^= data.draw(st.integers(1, 255))
     if codec is not rb.CompressionType.NONE:
         damaged = seal(codecs.compress(codec, bytes(section)), count=len(records), codec=codec,
-                       base_timestamp=_HEADER.unpack_from(batch)[7], max_timestamp=_HEADER.unpack_from(batch)[8])
+                       base_timestamp=bh.HEADER.unpack_from(batch)[7], max_timestamp=bh.HEADER.unpack_from(batch)[8])
     else:
-        damaged = reseal(batch[:rb.RECORDS_OFFSET] + section)
+        damaged = reseal(batch[:bh.RECORDS_OFFSET] + section)
     rejection = check(damaged)
     if rejection is None:
         decoded = rb.decode_batches(damaged)

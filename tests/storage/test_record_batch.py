@@ -1,4 +1,4 @@
-"""Tests of kraftlog.storage.record_batch (RecordBatch v2) and kraftlog.storage.varint."""
+"""Tests of kraftlog.storage.batch_header and record_batch (RecordBatch v2) and kraftlog.storage.varint."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraftlog.errors import CorruptRecordError, KraftlogError, UnsupportedCompressionTypeError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import compression, varint
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.record_batch import CompressionType, Header, RecordInput, TimestampType
+from kraftlog.storage.batch_header import TimestampType
+from kraftlog.storage.record_batch import CompressionType, Header, RecordInput
 
 REAL_CODECS = (
     CompressionType.NONE, CompressionType.GZIP, CompressionType.LZ4, CompressionType.ZSTD,
@@ -140,7 +142,7 @@ def test_known_answer_batch_crc_and_bytes() -> None:
 
 def test_known_answer_header_view_and_decode() -> None:
     data = _known_batch()
-    header = rb.BatchHeader(data)
+    header = bh.BatchHeader(data)
     assert (header.base_offset, header.batch_length, header.partition_leader_epoch) == (0, 72, -1)
     assert (header.magic, header.crc, header.attributes) == (2, _KNOWN_CRC, 0)
     assert (header.last_offset_delta, header.base_timestamp, header.max_timestamp) == (1, 1000, 1003)
@@ -169,13 +171,13 @@ def test_known_answer_header_view_and_decode() -> None:
 def test_attribute_bits_follow_the_documented_layout() -> None:
     data = batch_of(1, compression=CompressionType.ZSTD, timestamp_type=TimestampType.LOG_APPEND_TIME,
                     is_transactional=True)
-    assert rb.BatchHeader(data).attributes == 0x04 | 0x08 | 0x10
+    assert bh.BatchHeader(data).attributes == 0x04 | 0x08 | 0x10
     control = rb.build_batch(
         [RecordInput(key=rb.encode_control_record_key(rb.ControlRecordType.LEADER_CHANGE),
                      value=b"\x00")],
         is_control=True,
     )
-    header = rb.BatchHeader(control)
+    header = bh.BatchHeader(control)
     assert header.attributes == 0x20 and header.is_control
     [batch] = rb.decode_batches(control)
     assert batch.is_control
@@ -232,7 +234,7 @@ def test_build_then_decode_round_trips(
         producer_epoch=producer_epoch, base_sequence=base_sequence,
         is_transactional=is_transactional,
     )
-    header = rb.BatchHeader(data)
+    header = bh.BatchHeader(data)
     header.validate()
     [batch] = rb.decode_batches(data)
     expected_ts = [
@@ -257,7 +259,7 @@ def test_build_then_decode_round_trips(
         assert got.key == given_record.key
         assert got.value == given_record.value
         assert got.headers == given_record.headers
-    scan = rb.scan_valid_prefix(data)
+    scan = bh.scan_valid_prefix(data)
     assert scan.error is None and scan.valid_bytes == len(data)
 
 
@@ -335,8 +337,8 @@ def test_large_batches_round_trip_in_every_codec(codec: CompressionType) -> None
 
 def test_patching_base_offset_and_epoch_keeps_the_crc_valid() -> None:
     buf = bytearray(batch_of(3, compression=CompressionType.LZ4))
-    crc_before = rb.BatchHeader(buf).crc
-    header = rb.BatchHeader(memoryview(buf))
+    crc_before = bh.BatchHeader(buf).crc
+    header = bh.BatchHeader(memoryview(buf))
     header.set_base_offset(1_000_000)
     header.set_partition_leader_epoch(42)
     assert header.crc == crc_before
@@ -348,8 +350,8 @@ def test_patching_base_offset_and_epoch_keeps_the_crc_valid() -> None:
 
 def test_set_max_timestamp_switches_to_log_append_time_and_reseals_the_crc() -> None:
     buf = bytearray(batch_of(3, compression=CompressionType.GZIP, ts=500))
-    records_before = bytes(rb.BatchHeader(buf).records_view)
-    header = rb.BatchHeader(buf)
+    records_before = bytes(bh.BatchHeader(buf).records_view)
+    header = bh.BatchHeader(buf)
     header.set_max_timestamp(TimestampType.LOG_APPEND_TIME, 9_999)
     assert header.timestamp_type is TimestampType.LOG_APPEND_TIME
     assert header.max_timestamp == 9_999
@@ -369,12 +371,12 @@ def test_set_max_timestamp_switches_to_log_append_time_and_reseals_the_crc() -> 
 def test_set_max_timestamp_is_a_no_op_when_nothing_changes() -> None:
     data = batch_of(2, ts=7)
     buf = bytearray(data)
-    rb.BatchHeader(buf).set_max_timestamp(TimestampType.CREATE_TIME, 8)
+    bh.BatchHeader(buf).set_max_timestamp(TimestampType.CREATE_TIME, 8)
     assert bytes(buf) == data
 
 
 def test_patching_a_read_only_buffer_is_refused() -> None:
-    header = rb.BatchHeader(batch_of(1))
+    header = bh.BatchHeader(batch_of(1))
     with pytest.raises(TypeError, match="read-only"):
         header.set_base_offset(5)
     with pytest.raises(TypeError, match="read-only"):
@@ -382,7 +384,7 @@ def test_patching_a_read_only_buffer_is_refused() -> None:
 
 
 def test_patch_values_out_of_range_are_refused() -> None:
-    header = rb.BatchHeader(bytearray(batch_of(1)))
+    header = bh.BatchHeader(bytearray(batch_of(1)))
     with pytest.raises(ValueError, match="partition_leader_epoch"):
         header.set_partition_leader_epoch(1 << 31)
     with pytest.raises(ValueError, match="base_offset"):
@@ -392,17 +394,17 @@ def test_patch_values_out_of_range_are_refused() -> None:
 def test_header_view_at_a_position_inside_a_larger_buffer() -> None:
     first, second = batch_of(2), batch_of(3, base_offset=2)
     buf = bytearray(first + second)
-    header = rb.BatchHeader(buf, len(first))
+    header = bh.BatchHeader(buf, len(first))
     assert (header.position, header.base_offset, header.record_count) == (len(first), 2, 3)
     header.validate()
     header.set_partition_leader_epoch(9)
-    assert rb.BatchHeader(buf, 0).partition_leader_epoch == -1
+    assert bh.BatchHeader(buf, 0).partition_leader_epoch == -1
     assert "base_offset=2" in repr(header)
 
 
 def test_header_view_of_too_few_bytes_names_the_position() -> None:
     with pytest.raises(CorruptRecordError, match="truncated batch header at byte 3") as info:
-        rb.BatchHeader(b"\x00" * 40, 3)
+        bh.BatchHeader(b"\x00" * 40, 3)
     assert info.value.position == 3
 
 
@@ -411,49 +413,49 @@ def test_header_view_of_too_few_bytes_names_the_position() -> None:
 
 def test_flipping_any_byte_in_the_crc_range_is_detected() -> None:
     data = batch_of(3, compression=CompressionType.NONE)
-    for index in range(rb.ATTRIBUTES_OFFSET, len(data)):
+    for index in range(bh.ATTRIBUTES_OFFSET, len(data)):
         buf = bytearray(data)
         buf[index] ^= 0x01
-        header = rb.BatchHeader(buf)
+        header = bh.BatchHeader(buf)
         assert not header.is_valid(), f"flip at byte {index} went unnoticed"
         with pytest.raises(CorruptRecordError, match=r"fails its CRC|compression codec"):
             header.validate()
         with pytest.raises(CorruptRecordError):
             rb.decode_batches(buf)
-        assert rb.scan_valid_prefix(buf).valid_bytes == 0
+        assert bh.scan_valid_prefix(buf).valid_bytes == 0
 
 
 def test_flipping_the_crc_itself_is_detected() -> None:
-    for index in range(rb.CRC_OFFSET, rb.ATTRIBUTES_OFFSET):
+    for index in range(bh.CRC_OFFSET, bh.ATTRIBUTES_OFFSET):
         buf = bytearray(batch_of(1))
         buf[index] ^= 0x80
         with pytest.raises(CorruptRecordError, match=r"stored 0x[0-9a-f]{8}, computed"):
-            rb.BatchHeader(buf).validate()
+            bh.BatchHeader(buf).validate()
 
 
 def test_bad_magic_is_reported_everywhere() -> None:
     buf = bytearray(batch_of(1) * 2)
     second = len(buf) // 2
-    buf[second + rb.MAGIC_OFFSET] = 1
+    buf[second + bh.MAGIC_OFFSET] = 1
     with pytest.raises(CorruptRecordError, match=f"batch at byte {second} has unsupported magic 1"):
-        list(rb.iter_batches(buf))
+        list(bh.iter_batches(buf))
     with pytest.raises(CorruptRecordError, match="unsupported magic 1"):
-        rb.BatchHeader(buf, second).validate()
-    scan = rb.scan_valid_prefix(buf)
+        bh.BatchHeader(buf, second).validate()
+    scan = bh.scan_valid_prefix(buf)
     assert scan.valid_bytes == second and scan.batch_count == 1
     assert scan.error is not None and "magic" in scan.error
 
 
 def test_unknown_codec_with_a_valid_crc_is_an_unsupported_compression_type() -> None:
     buf = bytearray(batch_of(1))
-    struct.pack_into(">h", buf, rb.ATTRIBUTES_OFFSET, 6)
+    struct.pack_into(">h", buf, bh.ATTRIBUTES_OFFSET, 6)
     recompute_crc(buf)
     with pytest.raises(UnsupportedCompressionTypeError, match="unknown compression codec id 6"):
-        rb.BatchHeader(buf).validate()
+        bh.BatchHeader(buf).validate()
     with pytest.raises(UnsupportedCompressionTypeError, match="unknown compression codec id 6"):
         rb.decode_batches(buf)
     with pytest.raises(UnsupportedCompressionTypeError, match="at byte 0 has unknown compression codec id 6"):
-        rb.stamp_batches(buf, first_offset=0, leader_epoch=0)
+        bh.stamp_batches(buf, first_offset=0, leader_epoch=0)
     # Still a CorruptRecordError for the recovery scan and older callers.
     assert issubclass(UnsupportedCompressionTypeError, CorruptRecordError)
 
@@ -461,7 +463,7 @@ def test_unknown_codec_with_a_valid_crc_is_an_unsupported_compression_type() -> 
 def test_record_count_mismatch_is_corrupt() -> None:
     for count, message in ((3, "section ends after 2"), (1, "record count mismatch")):
         buf = bytearray(batch_of(2))
-        struct.pack_into(">i", buf, rb.RECORDS_COUNT_OFFSET, count)
+        struct.pack_into(">i", buf, bh.RECORDS_COUNT_OFFSET, count)
         recompute_crc(buf)
         with pytest.raises(CorruptRecordError, match=message):
             rb.decode_batches(buf)
@@ -471,7 +473,7 @@ def test_record_field_errors_name_the_absolute_byte() -> None:
     data = batch_of(1, base_offset=0)  # record: key "k0", empty value
     buf = bytearray(data + data)
     second = len(data)
-    key_length_at = second + rb.RECORDS_OFFSET + 4  # length, attributes, ts delta, offset delta
+    key_length_at = second + bh.RECORDS_OFFSET + 4  # length, attributes, ts delta, offset delta
     assert buf[key_length_at] == 4  # zigzag(2)
     buf[key_length_at] = 0x05  # zigzag -3: an impossible length
     recompute_crc(buf, second)
@@ -484,12 +486,12 @@ def test_record_field_errors_name_the_absolute_byte() -> None:
 def test_compressed_record_errors_name_the_batch() -> None:
     records = [RecordInput(key=b"k", value=b"v")]
     plain = rb.build_batch(records)
-    section = bytearray(plain[rb.RECORDS_OFFSET:])
+    section = bytearray(plain[bh.RECORDS_OFFSET:])
     section[0] = 0x7E  # record length 63: runs past the section
     packed = compression.compress(CompressionType.ZSTD, bytes(section))
-    buf = bytearray(plain[: rb.RECORDS_OFFSET] + packed)
-    struct.pack_into(">i", buf, rb.LENGTH_OFFSET, len(buf) - rb.LOG_OVERHEAD)
-    struct.pack_into(">h", buf, rb.ATTRIBUTES_OFFSET, int(CompressionType.ZSTD))
+    buf = bytearray(plain[: bh.RECORDS_OFFSET] + packed)
+    struct.pack_into(">i", buf, bh.LENGTH_OFFSET, len(buf) - bh.LOG_OVERHEAD)
+    struct.pack_into(">h", buf, bh.ATTRIBUTES_OFFSET, int(CompressionType.ZSTD))
     recompute_crc(buf)
     with pytest.raises(CorruptRecordError, match="decompressed ZSTD records section") as info:
         rb.decode_batches(buf)
@@ -511,14 +513,14 @@ def test_decoder_never_leaks_anything_but_corrupt_record_error(data: st.DataObje
     codec = data.draw(st.sampled_from(REAL_CODECS))
     batch = bytearray(batch_of(data.draw(st.integers(1, 4)), compression=codec))
     edits = data.draw(st.lists(
-        st.tuples(st.integers(rb.RECORDS_OFFSET, len(batch) - 1), st.integers(0, 255)),
+        st.tuples(st.integers(bh.RECORDS_OFFSET, len(batch) - 1), st.integers(0, 255)),
         min_size=1, max_size=4,
     ))
     for index, value in edits:
         batch[index] = value
-    cut = data.draw(st.integers(rb.HEADER_SIZE, len(batch)))
+    cut = data.draw(st.integers(bh.HEADER_SIZE, len(batch)))
     batch = batch[:cut]
-    struct.pack_into(">i", batch, rb.LENGTH_OFFSET, len(batch) - rb.LOG_OVERHEAD)
+    struct.pack_into(">i", batch, bh.LENGTH_OFFSET, len(batch) - bh.LOG_OVERHEAD)
     recompute_crc(batch)
     with contextlib.suppress(CorruptRecordError):
         rb.decode_batches(batch)
@@ -527,12 +529,12 @@ def test_decoder_never_leaks_anything_but_corrupt_record_error(data: st.DataObje
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=200))
 def test_garbage_never_crashes_the_readers(garbage: bytes) -> None:
-    scan = rb.scan_valid_prefix(garbage)
+    scan = bh.scan_valid_prefix(garbage)
     assert 0 <= scan.valid_bytes <= len(garbage)
     with contextlib.suppress(CorruptRecordError):
         rb.decode_batches(garbage)
     try:
-        for header in rb.iter_batches(garbage):
+        for header in bh.iter_batches(garbage):
             header.is_valid()
     except CorruptRecordError:
         pass
@@ -551,13 +553,13 @@ def test_iter_batches_walks_whole_batches_and_stops_cleanly_at_any_truncation() 
     data, sizes = _three_batches()
     boundaries = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
     for cut in range(len(data) + 1):
-        headers = list(rb.iter_batches(data[:cut]))
+        headers = list(bh.iter_batches(data[:cut]))
         whole = max(i for i, b in enumerate(boundaries) if b <= cut)
         assert [h.position for h in headers] == boundaries[:whole]
         for header in headers:
             header.validate()
 
-        scan = rb.scan_valid_prefix(data[:cut])
+        scan = bh.scan_valid_prefix(data[:cut])
         assert scan.valid_bytes == boundaries[whole]
         assert scan.batch_count == whole
         assert (scan.error is None) == (cut in boundaries)
@@ -567,7 +569,7 @@ def test_iter_batches_walks_whole_batches_and_stops_cleanly_at_any_truncation() 
 
 def test_iter_batches_from_a_position_and_zero_copy_views() -> None:
     data, sizes = _three_batches()
-    headers = list(rb.iter_batches(memoryview(data), sizes[0]))
+    headers = list(bh.iter_batches(memoryview(data), sizes[0]))
     assert [h.base_offset for h in headers] == [2, 3]
     assert headers[0].view.obj is data  # a slice of the caller's buffer, not a copy
 
@@ -575,8 +577,8 @@ def test_iter_batches_from_a_position_and_zero_copy_views() -> None:
 def test_iter_batches_rejects_an_impossible_length() -> None:
     data, sizes = _three_batches()
     buf = bytearray(data)
-    struct.pack_into(">i", buf, sizes[0] + rb.LENGTH_OFFSET, 48)
-    walked = rb.iter_batches(buf)
+    struct.pack_into(">i", buf, sizes[0] + bh.LENGTH_OFFSET, 48)
+    walked = bh.iter_batches(buf)
     assert next(walked).position == 0
     with pytest.raises(CorruptRecordError, match=f"batch at byte {sizes[0]} has invalid batch length 48"):
         next(walked)
@@ -584,11 +586,11 @@ def test_iter_batches_rejects_an_impossible_length() -> None:
 
 def test_scan_valid_prefix_summarises_a_clean_log() -> None:
     data, _sizes = _three_batches()
-    scan = rb.scan_valid_prefix(data)
-    assert scan == rb.ScanResult(valid_bytes=len(data), batch_count=3, first_offset=0,
+    scan = bh.scan_valid_prefix(data)
+    assert scan == bh.ScanResult(valid_bytes=len(data), batch_count=3, first_offset=0,
                                  last_offset=6, max_timestamp=5000, record_count=7, error=None)
-    empty = rb.scan_valid_prefix(b"")
-    assert empty == rb.ScanResult(valid_bytes=0, batch_count=0, first_offset=None,
+    empty = bh.scan_valid_prefix(b"")
+    assert empty == bh.ScanResult(valid_bytes=0, batch_count=0, first_offset=None,
                                   last_offset=None, max_timestamp=-1, record_count=0, error=None)
 
 
@@ -604,7 +606,7 @@ def test_scan_valid_prefix_summarises_a_clean_log() -> None:
 )
 def test_scan_valid_prefix_stops_at_garbage_tails(tail: bytes, reason: str) -> None:
     data, _sizes = _three_batches()
-    scan = rb.scan_valid_prefix(data + tail)
+    scan = bh.scan_valid_prefix(data + tail)
     assert scan.valid_bytes == len(data) and scan.batch_count == 3 and scan.last_offset == 6
     assert scan.error is not None and reason in scan.error
 
@@ -612,26 +614,26 @@ def test_scan_valid_prefix_stops_at_garbage_tails(tail: bytes, reason: str) -> N
 def test_scan_valid_prefix_stops_at_a_bad_crc_unless_told_not_to_check() -> None:
     data, sizes = _three_batches()
     buf = bytearray(data)
-    buf[sizes[0] + rb.RECORDS_OFFSET + 2] ^= 0x40
-    scan = rb.scan_valid_prefix(buf)
+    buf[sizes[0] + bh.RECORDS_OFFSET + 2] ^= 0x40
+    scan = bh.scan_valid_prefix(buf)
     assert scan.valid_bytes == sizes[0] and scan.batch_count == 1 and scan.last_offset == 1
     assert scan.error is not None and "fails its CRC" in scan.error
-    unchecked = rb.scan_valid_prefix(buf, check_crc=False)
+    unchecked = bh.scan_valid_prefix(buf, check_crc=False)
     assert unchecked.valid_bytes == len(buf) and unchecked.error is None
 
 
 def test_scan_valid_prefix_requires_increasing_offsets() -> None:
     data = batch_of(2, base_offset=10) + batch_of(1, base_offset=11)
-    scan = rb.scan_valid_prefix(data)
+    scan = bh.scan_valid_prefix(data)
     assert scan.batch_count == 1 and scan.last_offset == 11
     assert scan.error is not None and "not above the previous batch's last offset 11" in scan.error
     gap = batch_of(2, base_offset=10) + batch_of(1, base_offset=50)  # gaps are fine (compaction)
-    assert rb.scan_valid_prefix(gap).error is None
+    assert bh.scan_valid_prefix(gap).error is None
 
 
 def test_scan_valid_prefix_counts_from_its_start_position() -> None:
     data, sizes = _three_batches()
-    scan = rb.scan_valid_prefix(data, sizes[0])
+    scan = bh.scan_valid_prefix(data, sizes[0])
     assert scan.valid_bytes == sizes[1] + sizes[2]
     assert (scan.first_offset, scan.last_offset, scan.batch_count) == (2, 6, 2)
 
@@ -653,15 +655,15 @@ def test_stamp_batches_assigns_consecutive_offsets_and_the_epoch() -> None:
     batches = [batch_of(3, ts=100), batch_of(1, ts=900), batch_of(2, ts=50,
                compression=CompressionType.ZSTD)]
     buf = bytearray(b"".join(batches))
-    result = rb.stamp_batches(buf, first_offset=500, leader_epoch=7)
+    result = bh.stamp_batches(buf, first_offset=500, leader_epoch=7)
     s0, s1, s2 = (len(b) for b in batches)
-    assert result == rb.StampResult(first_offset=500, last_offset=505, batch_count=3,
+    assert result == bh.StampResult(first_offset=500, last_offset=505, batch_count=3,
                                     record_count=6, max_timestamp=900,
                                     offset_of_max_timestamp=503,
                                     batches=((500, 502, 0, s0, 102, 7),
                                              (503, 503, s0, s1, 900, 7),
                                              (504, 505, s0 + s1, s2, 51, 7)))
-    headers = list(rb.iter_batches(buf))
+    headers = list(bh.iter_batches(buf))
     assert [(h.base_offset, h.last_offset) for h in headers] == [(500, 502), (503, 503), (504, 505)]
     assert {h.partition_leader_epoch for h in headers} == {7}
     for header in headers:
@@ -673,14 +675,14 @@ def test_stamp_batches_assigns_consecutive_offsets_and_the_epoch() -> None:
 def test_stamp_batches_accepts_a_writable_memoryview_slice() -> None:
     backing = bytearray(b"junk" + batch_of(2) + b"junk")
     view = memoryview(backing)[4:-4]
-    result = rb.stamp_batches(view, first_offset=0, leader_epoch=3)
+    result = bh.stamp_batches(view, first_offset=0, leader_epoch=3)
     assert result.last_offset == 1
-    assert rb.BatchHeader(backing, 4).partition_leader_epoch == 3
+    assert bh.BatchHeader(backing, 4).partition_leader_epoch == 3
 
 
 def test_stamp_batches_without_timestamps_reports_minus_one() -> None:
     buf = bytearray(rb.build_batch([RecordInput(value=b"a", timestamp_ms=-1)]))
-    result = rb.stamp_batches(buf, first_offset=0, leader_epoch=0)
+    result = bh.stamp_batches(buf, first_offset=0, leader_epoch=0)
     assert (result.max_timestamp, result.offset_of_max_timestamp) == (-1, -1)
 
 
@@ -692,7 +694,7 @@ def test_stamp_batches_without_timestamps_reports_minus_one() -> None:
         (lambda b: b.extend(b"\x00" * 70), "invalid batch length 0"),
         (lambda b: b.__delitem__(slice(-1, None)), "partial batch at byte"),
         (lambda b: b.__setitem__(-1, b[-1] ^ 1), "fails its CRC"),
-        (lambda b: b.__setitem__(rb.MAGIC_OFFSET, 0), "unsupported magic 0"),
+        (lambda b: b.__setitem__(bh.MAGIC_OFFSET, 0), "unsupported magic 0"),
         (lambda b: b.extend(batch_of(1)[:30]), "partial batch at byte"),
     ],
     ids=["empty", "short-tail", "zero-tail", "cut", "bad-crc", "bad-magic", "partial-header"],
@@ -702,7 +704,7 @@ def test_stamp_batches_rejects_bad_input_and_changes_nothing(mutate, message) ->
     mutate(buf)
     before = bytes(buf)
     with pytest.raises(CorruptRecordError, match=message):
-        rb.stamp_batches(buf, first_offset=100, leader_epoch=1)
+        bh.stamp_batches(buf, first_offset=100, leader_epoch=1)
     assert bytes(buf) == before
 
 
@@ -710,14 +712,14 @@ def test_stamp_range_stops_at_the_first_batch_boundary_past_stop_and_continues_f
     batches = [batch_of(2), batch_of(1), batch_of(3), batch_of(1)]
     buf = bytearray(b"".join(batches))
     sizes = [len(b) for b in batches]
-    head = rb.stamp_range(buf, 0, sizes[0] + 1, next_offset=10, leader_epoch=2)
+    head = bh.stamp_range(buf, 0, sizes[0] + 1, next_offset=10, leader_epoch=2)
     assert (head.end, head.first_offset, head.next_offset, head.batch_count) == (sizes[0] + sizes[1], 10, 13, 2)
-    tail = rb.stamp_range(buf, head.end, len(buf), next_offset=head.next_offset, leader_epoch=2)
+    tail = bh.stamp_range(buf, head.end, len(buf), next_offset=head.next_offset, leader_epoch=2)
     assert (tail.end, tail.next_offset, tail.record_count) == (len(buf), 17, 4)
-    assert [(h.base_offset, h.partition_leader_epoch) for h in rb.iter_batches(buf)] == [
+    assert [(h.base_offset, h.partition_leader_epoch) for h in bh.iter_batches(buf)] == [
         (10, 2), (12, 2), (13, 2), (16, 2)]
-    rb.unstamp(buf, tail)
-    rb.unstamp(buf, head)
+    bh.unstamp(buf, tail)
+    bh.unstamp(buf, head)
     assert bytes(buf) == b"".join(batches)
 
 
@@ -725,9 +727,9 @@ def test_stamp_range_plans_kafka_index_entries_from_the_cursor() -> None:
     batches = [batch_of(2, ts=100), batch_of(1, ts=50), batch_of(3, ts=300), batch_of(1, ts=200)]
     buf = bytearray(b"".join(batches))
     sizes = [len(b) for b in batches]
-    cursor = rb.IndexCursor(base_offset=5, position=1000, interval_bytes=sizes[0], bytes_since_entry=sizes[0] + 1,
+    cursor = bh.IndexCursor(base_offset=5, position=1000, interval_bytes=sizes[0], bytes_since_entry=sizes[0] + 1,
                             max_timestamp=60, offset_of_max_timestamp=7, last_indexed_timestamp=60)
-    stamped = rb.stamp_range(buf, 0, len(buf), next_offset=20, leader_epoch=0, cursor=cursor)
+    stamped = bh.stamp_range(buf, 0, len(buf), next_offset=20, leader_epoch=0, cursor=cursor)
     # Batch 0 (offsets 20-21) is indexed at once: more than interval bytes since the last entry.
     # Then each batch once more than interval bytes (batch 0's size) were appended since the
     # last entry: not batch 1 (exactly interval bytes since), batch 2 (23-25), batch 3 (26).
@@ -745,29 +747,29 @@ def test_stamp_batches_past_int64_offsets_is_refused_and_changes_nothing() -> No
     buf = bytearray(batch_of(2) + batch_of(3))
     before = bytes(buf)
     with pytest.raises(ValueError, match="leaves no room"):
-        rb.stamp_batches(buf, first_offset=varint.INT64_MAX - 3, leader_epoch=0)
+        bh.stamp_batches(buf, first_offset=varint.INT64_MAX - 3, leader_epoch=0)
     assert bytes(buf) == before
 
 
 def test_stamp_batches_rejects_inconsistent_counts() -> None:
     for count, delta in ((0, -1), (3, 1)):
         buf = bytearray(batch_of(2))
-        struct.pack_into(">i", buf, rb.RECORDS_COUNT_OFFSET, count)
-        struct.pack_into(">i", buf, rb.LAST_OFFSET_DELTA_OFFSET, delta)
+        struct.pack_into(">i", buf, bh.RECORDS_COUNT_OFFSET, count)
+        struct.pack_into(">i", buf, bh.LAST_OFFSET_DELTA_OFFSET, delta)
         recompute_crc(buf)
         with pytest.raises(CorruptRecordError, match=f"record count {count}"):
-            rb.stamp_batches(buf, first_offset=0, leader_epoch=0)
+            bh.stamp_batches(buf, first_offset=0, leader_epoch=0)
 
 
 def test_stamp_batches_argument_errors() -> None:
     with pytest.raises(TypeError, match="writable"):
-        rb.stamp_batches(memoryview(batch_of(1)), first_offset=0, leader_epoch=0)
+        bh.stamp_batches(memoryview(batch_of(1)), first_offset=0, leader_epoch=0)
     with pytest.raises(ValueError, match="first_offset"):
-        rb.stamp_batches(bytearray(batch_of(1)), first_offset=-1, leader_epoch=0)
+        bh.stamp_batches(bytearray(batch_of(1)), first_offset=-1, leader_epoch=0)
     with pytest.raises(ValueError, match="leader_epoch"):
-        rb.stamp_batches(bytearray(batch_of(1)), first_offset=0, leader_epoch=1 << 31)
+        bh.stamp_batches(bytearray(batch_of(1)), first_offset=0, leader_epoch=1 << 31)
     with pytest.raises(ValueError, match="no room"):
-        rb.stamp_batches(bytearray(batch_of(2)), first_offset=(1 << 63) - 1, leader_epoch=0)
+        bh.stamp_batches(bytearray(batch_of(2)), first_offset=(1 << 63) - 1, leader_epoch=0)
 
 
 # ----------------------------------------------------------------------------- encoder input
@@ -792,9 +794,9 @@ def test_build_batch_rejects_bad_arguments_by_name() -> None:
 
 def test_snappy_batches_from_elsewhere_are_reported_not_decoded() -> None:
     buf = bytearray(batch_of(1))
-    struct.pack_into(">h", buf, rb.ATTRIBUTES_OFFSET, int(CompressionType.SNAPPY))
+    struct.pack_into(">h", buf, bh.ATTRIBUTES_OFFSET, int(CompressionType.SNAPPY))
     recompute_crc(buf)
-    rb.BatchHeader(buf).validate()  # a broker may still store and serve it
+    bh.BatchHeader(buf).validate()  # a broker may still store and serve it
     with pytest.raises(UnsupportedCompressionTypeError, match="SNAPPY-compressed, which kraftlog cannot"):
         rb.decode_batches(buf)
 
@@ -815,10 +817,10 @@ def test_control_record_keys() -> None:
 def test_positions_must_be_non_negative_and_past_the_end_is_empty() -> None:
     data = batch_of(1)
     with pytest.raises(ValueError, match="position"):
-        list(rb.iter_batches(data, -1))
+        list(bh.iter_batches(data, -1))
     with pytest.raises(ValueError, match="position"):
-        rb.scan_valid_prefix(data, -5)
-    assert list(rb.iter_batches(data, len(data) + 10)) == []
-    assert rb.scan_valid_prefix(data, len(data) + 10).valid_bytes == 0
+        bh.scan_valid_prefix(data, -5)
+    assert list(bh.iter_batches(data, len(data) + 10)) == []
+    assert bh.scan_valid_prefix(data, len(data) + 10).valid_bytes == 0
     with pytest.raises(CorruptRecordError, match="truncated batch at byte 0"):
-        _ = rb.BatchHeader(data[:-1]).view
+        _ = bh.BatchHeader(data[:-1]).view

@@ -18,8 +18,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kraftlog.errors import CorruptRecordError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.record_batch import Header, RecordInput, TimestampType
+from kraftlog.storage.batch_header import TimestampType
+from kraftlog.storage.record_batch import Header, RecordInput
 
 
 def kafka_varlong(value: int) -> bytes:
@@ -170,9 +172,9 @@ def test_overlong_but_legal_varints_decode_the_same_way() -> None:
 def test_a_corrupt_fast_path_record_names_its_byte() -> None:
     records = [RecordInput(value=b"x" * 1000, timestamp_ms=1) for _ in range(3)]
     data = bytearray(rb.build_batch(records))
-    second = rb.RECORDS_OFFSET + (len(data) - rb.RECORDS_OFFSET) // 3
+    second = bh.RECORDS_OFFSET + (len(data) - bh.RECORDS_OFFSET) // 3
     data[second + 1] = 0x7F  # the high byte of record 1's 2-byte length: past the section's end
-    struct.pack_into(">I", data, rb.CRC_OFFSET, rb.BatchHeader(bytes(data)).compute_crc())
+    struct.pack_into(">I", data, bh.CRC_OFFSET, bh.BatchHeader(bytes(data)).compute_crc())
     with pytest.raises(CorruptRecordError, match="record 1 has invalid length") as info:
         rb.decode_batches(bytes(data))
     assert info.value.position == second
@@ -203,9 +205,9 @@ def test_records_decoded_as_a_callers_type_are_records_plus_the_tail(
         records: list[RecordInput], now_ms: int, mutate: int | None) -> None:
     data = bytearray(rb.build_batch(records, base_offset=40, now_ms=now_ms))
     if mutate is not None:  # a record byte changed and the CRC fixed: same error both ways
-        data[rb.RECORDS_OFFSET + mutate % (len(data) - rb.RECORDS_OFFSET)] ^= 0x41
-        struct.pack_into(">I", data, rb.CRC_OFFSET, rb.BatchHeader(bytes(data)).compute_crc())
-    [header] = rb.iter_batches(bytes(data))
+        data[bh.RECORDS_OFFSET + mutate % (len(data) - bh.RECORDS_OFFSET)] ^= 0x41
+        struct.pack_into(">I", data, bh.CRC_OFFSET, bh.BatchHeader(bytes(data)).compute_crc())
+    [header] = bh.iter_batches(bytes(data))
     try:
         [expected] = rb.decode_batches(bytes(data))
     except CorruptRecordError as exc:
@@ -232,14 +234,14 @@ def test_a_batch_inside_a_bytes_buffer_decodes_in_place_as_from_a_copy(
     batch are never read as part of it."""
     batch = bytearray(rb.build_batch(records, base_offset=7))
     if mutate is not None:  # a record byte changed and the CRC fixed
-        batch[rb.RECORDS_OFFSET + mutate % (len(batch) - rb.RECORDS_OFFSET)] ^= flip
-        struct.pack_into(">I", batch, rb.CRC_OFFSET, rb.BatchHeader(bytes(batch)).compute_crc())
+        batch[bh.RECORDS_OFFSET + mutate % (len(batch) - bh.RECORDS_OFFSET)] ^= flip
+        struct.pack_into(">I", batch, bh.CRC_OFFSET, bh.BatchHeader(bytes(batch)).compute_crc())
     whole = prefix + bytes(batch) + suffix
     start, end = len(prefix), len(prefix) + len(batch)
-    [in_place] = rb.iter_batches(whole, start, end)
-    [copied] = rb.iter_batches(bytearray(whole), start, end)  # not bytes: decoded from a copy
+    [in_place] = bh.iter_batches(whole, start, end)
+    [copied] = bh.iter_batches(bytearray(whole), start, end)  # not bytes: decoded from a copy
 
-    def outcome(header: rb.BatchHeader) -> object:
+    def outcome(header: bh.BatchHeader) -> object:
         try:
             return rb.decode_batch_records(header, _Tagged, ("t", 3))
         except CorruptRecordError as exc:
@@ -257,16 +259,16 @@ def test_iter_batches_stops_at_the_given_end() -> None:
     one = rb.build_batch([RecordInput(value=b"a")])
     two = rb.build_batch([RecordInput(value=b"b")], base_offset=1)
     data = b"xx" + one + two
-    assert [h.base_offset for h in rb.iter_batches(data, 2)] == [0, 1]
-    assert [h.base_offset for h in rb.iter_batches(data, 2, 2 + len(one))] == [0]
-    assert [h.base_offset for h in rb.iter_batches(data, 2, 2 + len(one) + 5)] == [0]
+    assert [h.base_offset for h in bh.iter_batches(data, 2)] == [0, 1]
+    assert [h.base_offset for h in bh.iter_batches(data, 2, 2 + len(one))] == [0]
+    assert [h.base_offset for h in bh.iter_batches(data, 2, 2 + len(one) + 5)] == [0]
     with pytest.raises(ValueError, match="outside"):
-        list(rb.iter_batches(data, 2, len(data) + 1))
+        list(bh.iter_batches(data, 2, len(data) + 1))
 
 
 def test_decode_batch_records_checks_the_crc() -> None:
     data = bytearray(rb.build_batch([RecordInput(value=b"v")]))
     data[-1] ^= 1
-    [header] = rb.iter_batches(bytes(data))
+    [header] = bh.iter_batches(bytes(data))
     with pytest.raises(CorruptRecordError, match="CRC"):
         rb.decode_batch_records(header, _Tagged, ("t", 0))

@@ -9,6 +9,7 @@ import struct
 import pytest
 
 from kraftlog.errors import CorruptRecordError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log import Log
 from kraftlog.storage.log_config import LogConfig
@@ -64,7 +65,7 @@ def all_headers(log: Log) -> list[tuple[int, int]]:
     offset = log.log_start_offset
     while offset < log.log_end_offset:
         data = log.read(offset, 10**7)
-        out.extend((h.base_offset, h.last_offset) for h in rb.iter_batches(data.records))
+        out.extend((h.base_offset, h.last_offset) for h in bh.iter_batches(data.records))
         offset = data.next_offset
     return out
 

@@ -58,7 +58,7 @@ from kraftlog import rpc_guard
 from kraftlog.admin import quorum_history, topic_health
 from kraftlog.error_codes import ErrorCode
 from kraftlog.raft import transport
-from kraftlog.storage import record_batch as rb
+from kraftlog.storage import batch_header as bh
 from kraftlog.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -984,7 +984,7 @@ _DELETE_RECORDS_RETRIABLE = frozenset({
 def _after_last_batch(records: bytes) -> tuple[int, int]:
     """(next offset, epoch of the last batch) of concatenated RecordBatch v2 bytes."""
     last = None
-    for header in rb.iter_batches(memoryview(records)):
+    for header in bh.iter_batches(memoryview(records)):
         last = header
     if last is None:
         raise RequestFailed(ErrorCode.CORRUPT_MESSAGE, "the metadata log fetch returned no "

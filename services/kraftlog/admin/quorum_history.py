@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from kraftlog import errors
 from kraftlog.raft import control_records as cr
 from kraftlog.raft.messages import OffsetAndEpoch
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 WALL_CLOCK_FLOOR_MS = 10**12
@@ -107,7 +108,7 @@ class _Building:
     extra_leader_changes: list[int] = field(default_factory=list)
 
 
-def _leader_change_of(header: rb.BatchHeader) -> cr.LeaderChangeMessage | None:
+def _leader_change_of(header: bh.BatchHeader) -> cr.LeaderChangeMessage | None:
     """The LeaderChange in a control batch; None for other control records."""
     for batch in rb.decode_batches(header.view):
         for record in batch.records:
@@ -119,7 +120,7 @@ def _leader_change_of(header: rb.BatchHeader) -> cr.LeaderChangeMessage | None:
 def snapshot_entry(snapshot_id: OffsetAndEpoch, data: bytes) -> SnapshotEntry:
     """The id and header of one snapshot; only its first batch is decoded."""
     try:
-        first = next(rb.iter_batches(data), None)
+        first = next(bh.iter_batches(data), None)
         if first is None:
             raise errors.CorruptRecordError("no whole batch")
         first.validate()
@@ -143,12 +144,12 @@ def build_history(segments: Sequence[tuple[str, bytes]],
     next_offset: int | None = None
     start_offset: int | None = None
     for name, data in segments:
-        scan = rb.scan_valid_prefix(data)
+        scan = bh.scan_valid_prefix(data)
         if scan.error is not None:
             warnings.append(f"{name}: {scan.error}; the rest of this segment is not read "
                             "(recovery truncates a log there)")
         try:
-            for header in rb.iter_batches(memoryview(data)[:scan.valid_bytes]):
+            for header in bh.iter_batches(memoryview(data)[:scan.valid_bytes]):
                 if next_offset is not None and header.base_offset < next_offset:
                     warnings.append(f"{name}: batch at offset {header.base_offset} overlaps the "
                                     f"previous one (expected >= {next_offset}); skipped")
@@ -184,7 +185,7 @@ def build_history(segments: Sequence[tuple[str, bytes]],
         warnings=tuple(warnings), log_start_offset=start_offset, log_end_offset=next_offset)
 
 
-def _add_batch(built: list[_Building], header: rb.BatchHeader, warnings: list[str],
+def _add_batch(built: list[_Building], header: bh.BatchHeader, warnings: list[str],
                name: str) -> None:
     epoch = header.partition_leader_epoch
     timestamp_ms = header.max_timestamp

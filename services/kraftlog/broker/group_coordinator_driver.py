@@ -48,6 +48,7 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError, KraftlogError
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.compression import CompressionType
 from kraftlog.storage.topic_partition import TopicPartition
@@ -165,7 +166,7 @@ def _slices(data: bytes, size: int) -> Iterator[memoryview]:
     """``data`` (whole batches) cut at batch boundaries into pieces of about ``size`` bytes."""
     view = memoryview(data)
     start = end = 0
-    for header in rb.iter_batches(view):
+    for header in bh.iter_batches(view):
         end = header.position + header.size_in_bytes
         if end - start >= size:
             yield view[start:end]

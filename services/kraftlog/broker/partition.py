@@ -68,7 +68,7 @@ from kraftlog.errors import (
     OffsetOutOfRangeError,
 )
 from kraftlog.metadata.records import NO_LEADER, LeaderRecoveryState
-from kraftlog.storage import leader_epoch, log_validator, record_batch
+from kraftlog.storage import batch_header, leader_epoch, log_validator
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import Uuid
@@ -947,7 +947,7 @@ class Partition:
                 error_message=f"{total} bytes of batches exceed log.segment.bytes={self._log.config.segment_bytes}")
         limit = self.config.max_message_bytes
         try:
-            for index, header in enumerate(record_batch.iter_batches(batches)):
+            for index, header in enumerate(batch_header.iter_batches(batches)):
                 if header.size_in_bytes > limit:
                     return LeaderAppendResult(
                         error=ErrorCode.MESSAGE_TOO_LARGE,
@@ -1112,7 +1112,7 @@ class Partition:
         info = self._log.append_as_follower(batches, now_ms=now_ms)
         if info.batch_count:
             # The leader checked them (Kafka's origin REPLICATION): just keep the same state.
-            self._producers.append_headers(record_batch.iter_batches(batches))
+            self._producers.append_headers(batch_header.iter_batches(batches))
         return info
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> bool:
@@ -1228,7 +1228,7 @@ class Partition:
         self._high_watermark_metadata = None
 
 
-def iter_log_headers(log: storage_log.Log, *, start_offset: int = 0) -> Iterator[record_batch.BatchHeader]:
+def iter_log_headers(log: storage_log.Log, *, start_offset: int = 0) -> Iterator[batch_header.BatchHeader]:
     """Every batch header of ``log`` from ``start_offset`` (at least its start offset) to its end.
 
     Reads the log in :data:`PRODUCER_STATE_SCAN_BYTES` steps (whole batches, headers only
@@ -1240,7 +1240,7 @@ def iter_log_headers(log: storage_log.Log, *, start_offset: int = 0) -> Iterator
         data = log.read(offset, PRODUCER_STATE_SCAN_BYTES, min_one_message=True)
         if not data.records or data.next_offset <= offset:
             return
-        for header in record_batch.iter_batches(data.records):
+        for header in batch_header.iter_batches(data.records):
             if header.last_offset >= start_offset:
                 yield header
         offset = data.next_offset

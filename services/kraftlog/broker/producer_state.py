@@ -43,15 +43,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage import record_batch
+from kraftlog.storage import batch_header as bh
 
 NUM_BATCHES_TO_RETAIN = 5
 """Kafka's ``ProducerStateEntry.NUM_BATCHES_TO_RETAIN``: a producer has at most
 five requests in flight per partition (``max.in.flight.requests.per.connection``),
 so the retry of any of them is among its last five batches."""
 INT32_MAX = (1 << 31) - 1
-NO_PRODUCER_ID = record_batch.NO_PRODUCER_ID
-NO_PRODUCER_EPOCH = record_batch.NO_PRODUCER_EPOCH
+NO_PRODUCER_ID = bh.NO_PRODUCER_ID
+NO_PRODUCER_EPOCH = bh.NO_PRODUCER_EPOCH
 
 
 def increment_sequence(sequence: int, increment: int) -> int:
@@ -81,7 +81,7 @@ class ProducerBatch:
         return increment_sequence(self.base_sequence, self.last_offset_delta)
 
     @classmethod
-    def of(cls, header: record_batch.BatchHeader) -> ProducerBatch | None:
+    def of(cls, header: bh.BatchHeader) -> ProducerBatch | None:
         """The producer fields of ``header``; None for a non-idempotent (producerId -1) or control batch."""
         producer_id = header.producer_id
         if producer_id < 0 or header.is_control:
@@ -269,7 +269,7 @@ class ProducerStateManager:
             _new_entry(batch, first_offset=first_offset, last_offset=last_offset) if entry is None
             else entry.with_batch(batch, first_offset=first_offset, last_offset=last_offset))
 
-    def append_headers(self, headers: Iterable[record_batch.BatchHeader]) -> None:
+    def append_headers(self, headers: Iterable[bh.BatchHeader]) -> None:
         """:meth:`append` every idempotent batch of ``headers``, which carry their offsets."""
         for header in headers:
             batch = ProducerBatch.of(header)
@@ -311,7 +311,7 @@ class ProducerStateManager:
         """Replace the state with ``entries`` (a snapshot's)."""
         self._producers = {entry.producer_id: entry for entry in entries}
 
-    def rebuild(self, headers: Iterable[record_batch.BatchHeader]) -> None:
+    def rebuild(self, headers: Iterable[bh.BatchHeader]) -> None:
         """Replace the state with the replay of ``headers`` (the whole log, oldest first)."""
         self._producers.clear()
         self.append_headers(headers)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from kraftlog import errors
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 
@@ -60,7 +61,7 @@ class ProducerBatch(Generic[H]):
     """The outcome its records' futures share (the producer's; opaque here)."""
     builder: rb.RecordsBuilder = field(default_factory=rb.RecordsBuilder)
     """Its records, encoded as appended; ``builder.count`` of them."""
-    size_bytes: int = rb.HEADER_SIZE
+    size_bytes: int = bh.HEADER_SIZE
     closed: bool = False
     attempts: int = 0
     retry_at_ms: int = 0
@@ -69,11 +70,11 @@ class ProducerBatch(Generic[H]):
     """The RecordBatch bytes once built; reused by retries so timestamps stay put."""
     order: int = 0
     """Creation order within the accumulator: a retried batch goes back in this order."""
-    producer_id: int = rb.NO_PRODUCER_ID
+    producer_id: int = bh.NO_PRODUCER_ID
     """The batch's identity with the idempotent producer: producer id, epoch and base
     sequence, assigned when it is first drained (-1 when it has none yet)."""
-    producer_epoch: int = rb.NO_PRODUCER_EPOCH
-    base_sequence: int = rb.NO_SEQUENCE
+    producer_epoch: int = bh.NO_PRODUCER_EPOCH
+    base_sequence: int = bh.NO_SEQUENCE
     maybe_written: bool = False
     """An attempt ended without a definite refusal (a lost answer, a timeout,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND, ...): the batch may be in the log under its
@@ -87,9 +88,9 @@ class ProducerBatch(Generic[H]):
             raise errors.InvariantViolation(
                 f"a batch of {self.tp} that may be written keeps its identity "
                 f"(producer id {self.producer_id}, base sequence {self.base_sequence})")
-        self.producer_id = rb.NO_PRODUCER_ID
-        self.producer_epoch = rb.NO_PRODUCER_EPOCH
-        self.base_sequence = rb.NO_SEQUENCE
+        self.producer_id = bh.NO_PRODUCER_ID
+        self.producer_epoch = bh.NO_PRODUCER_EPOCH
+        self.base_sequence = bh.NO_SEQUENCE
         self.encoded = None
 
     @property
@@ -237,7 +238,7 @@ class RecordAccumulator(Generic[H]):
 
     def complete(self, batch: ProducerBatch[H]) -> None:
         """A drained batch is done (acknowledged or failed for good): release its bytes."""
-        self.buffered_bytes -= batch.size_bytes - rb.HEADER_SIZE
+        self.buffered_bytes -= batch.size_bytes - bh.HEADER_SIZE
         self.pending_records -= batch.builder.count
 
     def expired(self, now_ms: int, delivery_timeout_ms: int) -> list[ProducerBatch[H]]:

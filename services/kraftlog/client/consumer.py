@@ -76,6 +76,7 @@ from kraftlog.client import metadata_client as md
 from kraftlog.client.config import ConsumerConfig, OffsetReset
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, common_pb2
@@ -105,7 +106,7 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[rb.Header, ...]
     topic: str
     partition: int
-    timestamp_type: rb.TimestampType
+    timestamp_type: bh.TimestampType
     leader_epoch: int
     """The partition leader epoch of the batch the record came in, -1 if unknown."""
 
@@ -867,13 +868,13 @@ class Consumer:
         """Decode the records of ``data[start:end]`` (a Fetch answer's range for ``tp``)
         from ``position`` on and queue them."""
         topic, partition = tp.topic, tp.partition
-        last: rb.BatchHeader | None = None
-        bad: rb.BatchHeader | None = None
+        last: bh.BatchHeader | None = None
+        bad: bh.BatchHeader | None = None
         fetched: list[ConsumerRecord] = []
         try:
             # A Fetch answer may end in a partial batch (cut at the byte limit, as Kafka's
             # consumer tolerates): iter_batches stops before it.
-            for batch in rb.iter_batches(data, start, end):
+            for batch in bh.iter_batches(data, start, end):
                 bad = batch
                 if batch.is_control or batch.last_offset < position:
                     batch.validate()
@@ -888,12 +889,10 @@ class Consumer:
         except CorruptRecordError as exc:
             self._stop_at_corrupt_batch(tp, position, last, bad, str(exc))
         else:
-            if last is None and end - start >= rb.LOG_OVERHEAD:
+            if last is None and end - start >= bh.LOG_OVERHEAD:
                 # Brokers send whole batches only, at least one (KIP-74): bytes without a
                 # whole batch are one whose length field lies.
-                declared = rb.LOG_OVERHEAD + int.from_bytes(
-                    data[start + rb.LENGTH_OFFSET:start + rb.LENGTH_OFFSET + 4], "big",
-                    signed=True)
+                declared = bh.LOG_OVERHEAD + bh.FRAME.unpack_from(data, start)[1]
                 self._stop_at_corrupt_batch(
                     tp, position, None, None,
                     f"the batch at offset {position} declares {declared} bytes, but the Fetch "
@@ -911,7 +910,7 @@ class Consumer:
             self._positions[tp] = self._fetch_next[tp]
 
     def _stop_at_corrupt_batch(self, tp: TopicPartition, position: int,
-                               last: rb.BatchHeader | None, bad: rb.BatchHeader | None,
+                               last: bh.BatchHeader | None, bad: bh.BatchHeader | None,
                                cause: str) -> None:
         """Hold ``tp`` at the first batch of a Fetch answer that does not decode (the good
         ones before it are buffered by the caller): its position stops there and the

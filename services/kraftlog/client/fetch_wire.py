@@ -4,7 +4,7 @@
 read of ``records`` copies them again: two copies of everything a consumer reads
 (~45 and ~80 µs per MiB here), on top of gRPC's own. :func:`parse_fetch_response` walks
 the wire format instead and gives each partition's records as a ``(start, end)`` range
-of the answer's bytes, which :func:`kraftlog.storage.record_batch.iter_batches` walks in
+of the answer's bytes, which :func:`kraftlog.storage.batch_header.iter_batches` walks in
 place and whose batches decode their keys and values straight out of it.
 
 Only what a consumer reads is kept: per partition its index, error, high watermark, log

@@ -83,6 +83,7 @@ from kraftlog.client import partitioner
 from kraftlog.client.config import Acks, ProducerConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2
@@ -295,7 +296,7 @@ class Producer:
         self._max_in_flight = config.max_in_flight_requests_per_connection
         # send()'s limits, read once per record.
         self._max_block_s = config.max_block_ms / 1000
-        self._max_record_size = config.max_request_size - rb.HEADER_SIZE
+        self._max_record_size = config.max_request_size - bh.HEADER_SIZE
         self._buffer_memory = config.buffer_memory
         self._flushes = 0
         self._closing = False
@@ -304,8 +305,8 @@ class Producer:
                                         daemon=True)
         self._sender_error: BaseException | None = None
         # Idempotence state: owned by the sender thread, reset under _lock.
-        self._producer_id = rb.NO_PRODUCER_ID
-        self._producer_epoch = rb.NO_PRODUCER_EPOCH
+        self._producer_id = bh.NO_PRODUCER_ID
+        self._producer_epoch = bh.NO_PRODUCER_EPOCH
         self._next_sequence: dict[TopicPartition, int] = {}
         self._idempotent = config.idempotent
         self._sender.start()
@@ -670,8 +671,8 @@ class Producer:
         ``_lock``). Queued batches that cannot be in a log are numbered afresh under the
         new one; those that may be written keep their identity, and so do batches in
         flight until their answers say otherwise (:meth:`_finish_partition`)."""
-        self._producer_id = rb.NO_PRODUCER_ID
-        self._producer_epoch = rb.NO_PRODUCER_EPOCH
+        self._producer_id = bh.NO_PRODUCER_ID
+        self._producer_epoch = bh.NO_PRODUCER_EPOCH
         self._next_sequence.clear()
         self._accumulator.renumber_unwritten()
 

@@ -32,6 +32,7 @@ from kraftlog import errors
 from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as r
 from kraftlog.raft import control_records as cr
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 RAW_DDL = ("source string, file string, offset long, record_index int, timestamp_ms long, "
@@ -113,11 +114,11 @@ def _record_fields(record: r.MetadataRecord) -> dict[str, Any]:
 def decode_bytes(data: bytes, file: MetadataFile) -> Iterator[tuple[Any, ...]]:
     """Rows of every record in ``data`` (the bytes of ``file``); see the module docstring."""
     name = pathlib.PurePath(file.path).name
-    scan = rb.scan_valid_prefix(data)
+    scan = bh.scan_valid_prefix(data)
     view = memoryview(data)[:scan.valid_bytes]
     index = 0
     try:
-        for header in rb.iter_batches(view):
+        for header in bh.iter_batches(view):
             if file.source == LOG and header.last_offset < file.min_offset:
                 continue
             batch = rb.decode_batches(header.view)[0]

@@ -54,6 +54,7 @@ from kraftlog.raft.quorum_state import QuorumState
 from kraftlog.raft.quorum_state_store import QuorumStateStore
 from kraftlog.raft.raft_config import RaftConfig
 from kraftlog.raft.raft_log import RaftLog
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 logger = logging.getLogger(__name__)
@@ -1146,7 +1147,7 @@ class RaftClient:
             data = log.read(self._listener_next_offset, self.config.fetch_max_bytes)
             committed: list[CommittedBatch] = []
             progressed = False
-            for batch in rb.iter_batches(data):  # headers only: records decode lazily
+            for batch in bh.iter_batches(data):  # headers only: records decode lazily
                 if batch.last_offset >= high_watermark:
                     break
                 if not batch.is_control:

@@ -1,7 +1,7 @@
 """An in-memory :class:`~.raft_log.RaftLog` with a crash model, for the simulator and tests.
 
 It keeps whole RecordBatch v2 byte strings (headers patched through
-``kraftlog.storage.record_batch``, exactly as the segmented log does), a
+``kraftlog.storage.batch_header``, exactly as the segmented log does), a
 leader-epoch cache, snapshots as bytes, and the durable prefix:
 
 * ``flush()`` makes everything appended so far durable; ``begin_flush()`` /
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from kraftlog.errors import CorruptRecordError, InvariantViolation, OffsetOutOfRangeError
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.raft.raft_log import LogAppendInfo, PendingFlush
-from kraftlog.storage import record_batch as rb
+from kraftlog.storage import batch_header as bh
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +95,7 @@ class MemoryRaftLog:
 
     def append_as_leader(self, batches: bytes, epoch: int) -> LogAppendInfo:
         buf = bytearray(batches)
-        result = rb.stamp_batches(buf, first_offset=self.end_offset, leader_epoch=epoch)
+        result = bh.stamp_batches(buf, first_offset=self.end_offset, leader_epoch=epoch)
         self._append_validated(bytes(buf))
         return LogAppendInfo(first_offset=result.first_offset, last_offset=result.last_offset)
 
@@ -110,7 +110,7 @@ class MemoryRaftLog:
         expected = self.end_offset
         last_epoch = self.last_fetched_epoch()
         position = 0
-        for header in rb.iter_batches(data):
+        for header in bh.iter_batches(data):
             header.validate()
             if header.base_offset != expected:
                 raise CorruptRecordError(

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from kraftlog.errors import CorruptRecordError, InvariantViolation
 from kraftlog.raft import control_records as cr
 from kraftlog.raft.messages import OffsetAndEpoch
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 
 SUFFIX = ".checkpoint"
@@ -108,7 +109,7 @@ def read_snapshot_records(snapshot_id: OffsetAndEpoch, data: bytes) -> SnapshotR
         batches = rb.decode_batches(data)
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"snapshot {where}: {exc}") from exc
-    consumed = sum(b.size_in_bytes for b in rb.iter_batches(data))
+    consumed = sum(b.size_in_bytes for b in bh.iter_batches(data))
     if consumed != len(data):
         raise CorruptRecordError(f"snapshot {where}: {len(data) - consumed} trailing bytes "
                                  f"after the last whole batch at byte {consumed}")

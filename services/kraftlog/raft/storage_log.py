@@ -80,8 +80,8 @@ from kraftlog.storage import (
     segment,
     topic_partition,
 )
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import log as storage_log
-from kraftlog.storage import record_batch as rb
 
 logger = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ class StorageRaftLog:
         expected = self.end_offset
         last_epoch = self.last_fetched_epoch()
         position = 0
-        for header in rb.iter_batches(batches):
+        for header in bh.iter_batches(batches):
             if header.base_offset != expected:
                 raise CorruptRecordError(
                     f"{self.name}: batch at byte {position} has base offset "
@@ -316,7 +316,7 @@ class StorageRaftLog:
         """Remember ``data`` (whole batches, just appended at the old log end) for reads."""
         view = memoryview(data)
         tail = self._tail
-        for header in rb.iter_batches(view):
+        for header in bh.iter_batches(view):
             if tail and tail[-1][1] + 1 != header.base_offset:
                 self._clear_tail()  # not contiguous (cannot happen after an append; be safe)
             size = header.size_in_bytes
@@ -448,7 +448,7 @@ class StorageRaftLog:
 
     def _batch_base_at(self, offset: int) -> int | None:
         """Base offset of the batch holding ``offset`` (which must be in the log)."""
-        headers = rb.iter_batches(self._log.read(offset, 1).records)
+        headers = bh.iter_batches(self._log.read(offset, 1).records)
         first = next(headers, None)
         return None if first is None else first.base_offset
 
@@ -545,7 +545,7 @@ class StorageRaftLog:
         if snapshot_id not in self._validated_snapshots:
             # Whole batches with valid CRCs, once per process: a torn or bit-rotted
             # snapshot must not reach the state machine or a fetching follower.
-            scan = rb.scan_valid_prefix(data, 0, check_crc=True)
+            scan = bh.scan_valid_prefix(data, 0, check_crc=True)
             if scan.error is not None or scan.valid_bytes != len(data) or not data:
                 raise CorruptRecordError(f"snapshot {snapshot_id}: "
                                          f"{scan.error or 'empty file'}",

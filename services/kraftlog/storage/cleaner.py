@@ -59,17 +59,14 @@ import bisect
 import contextlib
 import logging
 import os
-import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import crc32c
-
 from kraftlog.errors import ConfigError, CorruptRecordError, KraftlogError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import compression as codecs
 from kraftlog.storage import log as log_mod
-from kraftlog.storage import record_batch as rb
 from kraftlog.storage import segment as segment_mod
 from kraftlog.storage import varint
 
@@ -96,15 +93,10 @@ _MAX_LAG_KEYS = ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms")
 _POLICY_KEYS = ("cleanup.policy", "log.cleanup.policy")
 DEDUPE_BUFFER_SIZE_KEY = "log.cleaner.dedupe.buffer.size"
 
-# The whole v2 header (record_batch's layout): baseOffset, batchLength, epoch,
-# magic, crc, attributes, lastOffsetDelta, baseTimestamp, maxTimestamp,
-# producerId, producerEpoch, baseSequence, recordCount.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_U32 = struct.Struct(">I")
-_CODEC_MASK = rb.COMPRESSION_CODEC_MASK
-_TIMESTAMP_TYPE_MASK = rb.TIMESTAMP_TYPE_MASK
-_CONTROL_MASK = rb.CONTROL_FLAG_MASK
-_HORIZON_MASK = rb.DELETE_HORIZON_FLAG_MASK
+_CODEC_MASK = bh.COMPRESSION_CODEC_MASK
+_TIMESTAMP_TYPE_MASK = bh.TIMESTAMP_TYPE_MASK
+_CONTROL_MASK = bh.CONTROL_FLAG_MASK
+_HORIZON_MASK = bh.DELETE_HORIZON_FLAG_MASK
 
 
 # ====================================================================== configuration
@@ -298,68 +290,30 @@ _TOMBSTONE: Final = 7
 def _parse_records(data: bytes, count: int) -> list[_Rec]:
     """Walk ``count`` records; ValueError/IndexError if malformed.
 
-    The zigzag varints are decoded inline for one and two bytes (nearly all of
-    them); longer ones go to :mod:`varint`. This loop is the cleaner's cost.
+    Every varint goes through :func:`varint.decode_varlong` (its one- and two-byte fast
+    path covers nearly all of them). The records were validated when they were produced:
+    this walk only finds where each field lies, it does not recheck widths.
     """
     out: list[_Rec] = []
     append = out.append
-    slow = varint.decode_varlong
+    read = varint.decode_varlong
     pos = 0
     end = len(data)
     for _ in range(count):
         start = pos
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            raw = (b & 0x7F) | (data[pos + 1] << 7)
-            length = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            length, pos = slow(data, pos)
+        length, pos = read(data, pos)
         limit = pos + length
         if length <= 0 or limit > end:
             raise ValueError(f"record at byte {start} has length {length} ({end - pos} bytes remain)")
         attr_at = pos
-        pos += 1
-        b = data[pos]
-        if b < 0x80:
-            timestamp_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            raw = (b & 0x7F) | (data[pos + 1] << 7)
-            timestamp_delta = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            timestamp_delta, pos = slow(data, pos)
-        after_ts = pos
-        b = data[pos]
-        if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            raw = (b & 0x7F) | (data[pos + 1] << 7)
-            offset_delta = (raw >> 1) ^ -(raw & 1)
-            pos += 2
-        else:
-            offset_delta, pos = slow(data, pos)
-        b = data[pos]
-        if b < 0x80:
-            key_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            key_len, pos = slow(data, pos)
+        timestamp_delta, after_ts = read(data, pos + 1)
+        offset_delta, pos = read(data, after_ts)
+        key_len, pos = read(data, pos)
         key: bytes | None = None
         if key_len >= 0:
             key = data[pos:pos + key_len]
             pos += key_len
-        b = data[pos]
-        if b < 0x80:
-            value_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            value_len, pos = slow(data, pos)
+        value_len, pos = read(data, pos)
         if value_len > 0 and pos + value_len > limit:
             raise ValueError(f"record at byte {start} overruns its length {length}")
         append((start, limit, attr_at, after_ts, timestamp_delta, offset_delta, key, value_len < 0))
@@ -406,11 +360,11 @@ class _Batch:
     def __init__(self, buf: bytes, position: int) -> None:
         (self.base_offset, length, self.epoch, magic, self.crc, self.attributes, self.last_offset_delta,
          self.base_timestamp, self.max_timestamp, self.producer_id, self.producer_epoch, self.base_sequence,
-         self.count) = _HEADER.unpack_from(buf, position)
-        if magic != rb.MAGIC or length < rb.MIN_BATCH_LENGTH:
+         self.count) = bh.HEADER.unpack_from(buf, position)
+        if magic != bh.MAGIC or length < bh.MIN_BATCH_LENGTH:
             raise CorruptRecordError(f"batch with magic {magic}, length {length}", position=position)
         self.position = position
-        self.size = length + rb.LOG_OVERHEAD
+        self.size = length + bh.LOG_OVERHEAD
         self.last_offset = self.base_offset + self.last_offset_delta
         self.codec = self.attributes & _CODEC_MASK
         self.is_control = bool(self.attributes & _CONTROL_MASK)
@@ -422,9 +376,9 @@ class _Batch:
     def records(self, buf: bytes) -> tuple[bytes, list[_Rec]] | None:
         """The records section (decompressed) and its records; None for a codec kraftlog cannot read."""
         end = self.position + self.size
-        if crc32c.crc32c(memoryview(buf)[self.position + rb.ATTRIBUTES_OFFSET:end]) != self.crc:
+        if bh.BatchHeader(buf, self.position).compute_crc() != self.crc:
             raise CorruptRecordError(f"batch at base offset {self.base_offset} fails its CRC", position=self.position)
-        section = buf[self.position + rb.RECORDS_OFFSET:end]
+        section = buf[self.position + bh.RECORDS_OFFSET:end]
         codec = self.codec
         if codec == codecs.CompressionType.SNAPPY:
             return None
@@ -474,24 +428,13 @@ def _segment_bytes(ref: SegmentRef) -> bytes:
     return data
 
 
-def _encode_batch(*, base_offset: int, epoch: int, attributes: int, last_offset_delta: int, base_timestamp: int,
-                  max_timestamp: int, producer_id: int, producer_epoch: int, base_sequence: int, count: int,
-                  section: bytes) -> bytes:
-    out = bytearray(rb.HEADER_SIZE + len(section))
-    _HEADER.pack_into(out, 0, base_offset, rb.MIN_BATCH_LENGTH + len(section), epoch, rb.MAGIC, 0, attributes,
-                      last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch,
-                      base_sequence, count)
-    out[rb.HEADER_SIZE:] = section
-    _U32.pack_into(out, rb.CRC_OFFSET, crc32c.crc32c(memoryview(out)[rb.ATTRIBUTES_OFFSET:]))
-    return bytes(out)
-
-
 def filler_batch(base_offset: int, last_offset: int, epoch: int) -> bytes:
     """An empty batch covering [base_offset, last_offset]: the offsets of removed batches (no producer)."""
-    return _encode_batch(base_offset=base_offset, epoch=epoch, attributes=0,
-                         last_offset_delta=last_offset - base_offset, base_timestamp=rb.NO_TIMESTAMP,
-                         max_timestamp=rb.NO_TIMESTAMP, producer_id=rb.NO_PRODUCER_ID,
-                         producer_epoch=rb.NO_PRODUCER_EPOCH, base_sequence=rb.NO_SEQUENCE, count=0, section=b"")
+    return bh.encode_batch(b"", base_offset=base_offset, partition_leader_epoch=epoch, attributes=0,
+                           last_offset_delta=last_offset - base_offset, base_timestamp=bh.NO_TIMESTAMP,
+                           max_timestamp=bh.NO_TIMESTAMP, producer_id=bh.NO_PRODUCER_ID,
+                           producer_epoch=bh.NO_PRODUCER_EPOCH, base_sequence=bh.NO_SEQUENCE,
+                           record_count=0)
 
 
 # ====================================================================== cleaning
@@ -629,7 +572,7 @@ def _filter_batch(buf: bytes, batch: _Batch, offset_map: Mapping[bytes, int], su
         base_timestamp = horizon
     log_append_time = bool(attributes & _TIMESTAMP_TYPE_MASK)
     parts: list[bytes] = []
-    max_timestamp = rb.NO_TIMESTAMP
+    max_timestamp = bh.NO_TIMESTAMP
     for rec in kept:
         timestamp = batch.base_timestamp + rec[_TS_DELTA]
         if timestamp > max_timestamp:
@@ -650,20 +593,21 @@ def _filter_batch(buf: bytes, batch: _Batch, offset_map: Mapping[bytes, int], su
         attributes &= ~_CODEC_MASK
     elif codec != codecs.CompressionType.NONE:
         section = codecs.compress(codecs.CompressionType(codec), section)
-    return _encode_batch(base_offset=base, epoch=batch.epoch, attributes=attributes,
-                         last_offset_delta=batch.last_offset_delta, base_timestamp=base_timestamp,
-                         max_timestamp=max_timestamp, producer_id=batch.producer_id,
-                         producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
-                         count=len(kept), section=section)
+    return bh.encode_batch(section, base_offset=base, partition_leader_epoch=batch.epoch,
+                           attributes=attributes, last_offset_delta=batch.last_offset_delta,
+                           base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+                           producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                           base_sequence=batch.base_sequence, record_count=len(kept))
 
 
 def _empty_copy(batch: _Batch) -> bytes:
     """The batch with no records, its header otherwise kept (a producer's last batch)."""
-    return _encode_batch(base_offset=batch.base_offset, epoch=batch.epoch, attributes=batch.attributes & ~_CODEC_MASK,
-                         last_offset_delta=batch.last_offset_delta, base_timestamp=batch.base_timestamp,
-                         max_timestamp=batch.max_timestamp, producer_id=batch.producer_id,
-                         producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence, count=0,
-                         section=b"")
+    return bh.encode_batch(b"", base_offset=batch.base_offset, partition_leader_epoch=batch.epoch,
+                           attributes=batch.attributes & ~_CODEC_MASK,
+                           last_offset_delta=batch.last_offset_delta,
+                           base_timestamp=batch.base_timestamp, max_timestamp=batch.max_timestamp,
+                           producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                           base_sequence=batch.base_sequence, record_count=0)
 
 
 def _clean_segment(ref: SegmentRef, offset_map: Mapping[bytes, int], survivors: _Survivors,
@@ -681,7 +625,7 @@ def _clean_segment(ref: SegmentRef, offset_map: Mapping[bytes, int], survivors: 
         if out is None:
             previous = pieces[-1] if pieces else None
             if not (isinstance(previous, tuple) and previous[2] == batch.epoch):
-                size += rb.HEADER_SIZE  # a new filler batch starts (the run's merge rule of _assemble)
+                size += bh.HEADER_SIZE  # a new filler batch starts (the run's merge rule of _assemble)
             pieces.append((batch.base_offset, batch.last_offset, batch.epoch))
             changed = True
         else:
@@ -846,7 +790,7 @@ def prepare_clean(plan: CleanPlan) -> PreparedClean:
                 ref, offset_map, survivors, last_of_producer, now_ms=plan.now_ms,
                 delete_retention_ms=config.delete_retention_ms, stats=stats)
             # Joining the group, its first removed run may extend the group's last filler.
-            joined_size = seg_size - (rb.HEADER_SIZE if i > start and _continues_run(pieces, seg_pieces) else 0)
+            joined_size = seg_size - (bh.HEADER_SIZE if i > start and _continues_run(pieces, seg_pieces) else 0)
             if i > start and (size + joined_size > plan.segment_bytes
                               or ref.upper - plan.segments[start].base_offset > INT32_MAX):
                 close_group(i)

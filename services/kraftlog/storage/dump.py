@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kraftlog import errors
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import checkpoint, meta_properties, record_batch
 
 PayloadFormatter = Callable[[bytes], str]
@@ -81,7 +82,6 @@ NO_SEQUENCE = -1
 _MAX_SEQUENCE = 2**31 - 1
 _SEGMENT_NAME = re.compile(r"([0-9]{20})\.(log|index|timeindex|txnindex)")
 _SNAPSHOT_NAME = re.compile(r"([0-9]{20})-([0-9]{10})\.checkpoint")
-_BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 _OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 _TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
 # Kafka's AbortedTxn: version int16, producerId, firstOffset, lastOffset, lastStableOffset int64.
@@ -255,13 +255,13 @@ def _increment_sequence(base_sequence: int, delta: int) -> int:
     return base_sequence + delta
 
 
-def _timestamp_label(timestamp_type: record_batch.TimestampType) -> str:
-    if timestamp_type == record_batch.TimestampType.LOG_APPEND_TIME:
+def _timestamp_label(timestamp_type: bh.TimestampType) -> str:
+    if timestamp_type == bh.TimestampType.LOG_APPEND_TIME:
         return "LogAppendTime"
     return "CreateTime"
 
 
-def _codec_name(header: record_batch.BatchHeader) -> str:
+def _codec_name(header: bh.BatchHeader) -> str:
     try:
         return header.compression.name.lower()
     except errors.CorruptRecordError:
@@ -269,7 +269,7 @@ def _codec_name(header: record_batch.BatchHeader) -> str:
         return f"unknown({header.attributes & 0x07})"
 
 
-def batch_fields(header: record_batch.BatchHeader, *, position: int, is_valid: bool) -> dict[str, Any]:
+def batch_fields(header: bh.BatchHeader, *, position: int, is_valid: bool) -> dict[str, Any]:
     """The fields of the batch whose header starts at byte ``position``, in Kafka's order."""
     return {
         "baseOffset": header.base_offset, "lastOffset": header.last_offset,
@@ -284,7 +284,7 @@ def batch_fields(header: record_batch.BatchHeader, *, position: int, is_valid: b
     }
 
 
-def format_batch_line(header: record_batch.BatchHeader, *, position: int, is_valid: bool) -> str:
+def format_batch_line(header: bh.BatchHeader, *, position: int, is_valid: bool) -> str:
     """One kafka-dump-log batch line for the batch whose header starts at byte ``position``."""
     return fields_text(batch_fields(header, position=position, is_valid=is_valid))
 
@@ -300,7 +300,7 @@ def _control_type(key: bytes | None) -> record_batch.ControlRecordType | str:
 
 def format_record_line(
     record: record_batch.Record,
-    header: record_batch.BatchHeader,
+    header: bh.BatchHeader,
     *,
     print_data_log: bool,
     payload_formatter: PayloadFormatter,
@@ -337,7 +337,7 @@ def format_record_line(
 
 def record_json_fields(
     record: record_batch.Record,
-    header: record_batch.BatchHeader,
+    header: bh.BatchHeader,
     *,
     print_data_log: bool,
     payload_formatter: JsonPayloadFormatter = bytes_json_payload,
@@ -371,13 +371,13 @@ def record_json_fields(
 
 def _describe_tail(data: bytes, position: int) -> str:
     remaining = len(data) - position
-    if remaining < _BATCH_PREFIX.size:
+    if remaining < bh.FRAME.size:
         return f"{remaining} trailing bytes are too few for a batch header (a torn write?)"
-    base_offset, batch_length = _BATCH_PREFIX.unpack_from(data, position)
-    needed = record_batch.LOG_OVERHEAD + batch_length
-    if remaining < record_batch.HEADER_SIZE:
+    base_offset, batch_length = bh.FRAME.unpack_from(data, position)
+    needed = bh.LOG_OVERHEAD + batch_length
+    if remaining < bh.HEADER_SIZE:
         return (f"incomplete batch header: {remaining} bytes remain, a v2 header needs "
-                f"{record_batch.HEADER_SIZE} (a torn write?)")
+                f"{bh.HEADER_SIZE} (a torn write?)")
     return (f"incomplete batch (baseOffset {base_offset}): it needs {needed} bytes but only "
             f"{remaining} remain (a torn write?)")
 
@@ -401,7 +401,7 @@ def dump_log(
     ``--max-bytes``: a batch cut by that limit is not corruption. Validation
     follows recovery: the dump stops at the first batch with a bad size,
     magic or CRC, or whose offsets go backwards, the point where
-    :func:`record_batch.scan_valid_prefix` would truncate.
+    :func:`batch_header.scan_valid_prefix` would truncate.
     """
     sink = _Sink(options.output)
     _start(sink, path, kind, base_offset)
@@ -417,7 +417,7 @@ def dump_log(
                   {"position": position, "maxBytes": len(data), "fileSize": file_size})
 
     try:
-        for header in record_batch.iter_batches(view):
+        for header in bh.iter_batches(view):
             size = header.size_in_bytes
             try:
                 header.validate()

@@ -41,7 +41,8 @@ from kraftlog.errors import (
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
-from kraftlog.storage import atomic_file, record_batch, varint
+from kraftlog.storage import atomic_file, varint
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import segment as segment_mod
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.storage.segment import LogSegment
@@ -283,7 +284,7 @@ class Log:
         id); then nothing was written and ``buf`` is unchanged.
         """
         self._check_open()
-        log_append_time = self._config.message_timestamp_type is record_batch.TimestampType.LOG_APPEND_TIME
+        log_append_time = self._config.message_timestamp_type is bh.TimestampType.LOG_APPEND_TIME
         view = memoryview(buf).cast("B") if isinstance(buf, memoryview) else memoryview(buf)
         if log_append_time:
             if not 0 <= now_ms <= varint.INT64_MAX:
@@ -297,7 +298,7 @@ class Log:
         in_place = not view.readonly
         first_offset = self.log_end_offset
         active = self._segments[-1]
-        stamp = record_batch.stamp_range(view, 0, len(view), next_offset=first_offset,
+        stamp = bh.stamp_range(view, 0, len(view), next_offset=first_offset,
                                          leader_epoch=leader_epoch, cursor=active.index_cursor(),
                                          in_place=in_place)
         if log_append_time:
@@ -305,13 +306,13 @@ class Log:
         try:
             active = self._segment_for_append(len(view), stamp, now_ms)
         except CorruptRecordError:
-            record_batch.unstamp(view, stamp)
+            bh.unstamp(view, stamp)
             raise
         try:
             if in_place:
                 active.write_at(view, active.size)
             else:
-                active.write_pieces_at(record_batch.stamped_pieces(view, stamp, leader_epoch=leader_epoch),
+                active.write_pieces_at(bh.stamped_pieces(view, stamp, leader_epoch=leader_epoch),
                                        active.size)
         except BaseException:
             active.discard_uncommitted()
@@ -329,13 +330,13 @@ class Log:
         self._maybe_flush_after_append(now_ms)
         return info
 
-    def _segment_for_append(self, size: int, stamp: record_batch.StampedRange, now_ms: int) -> LogSegment:
+    def _segment_for_append(self, size: int, stamp: bh.StampedRange, now_ms: int) -> LogSegment:
         """The active segment, rolled first if this append must start a new one (Kafka's maybeRoll)."""
         if self._needs_roll(size, stamp, now_ms):
             return self._roll(now_ms)
         return self._segments[-1]
 
-    def _needs_roll(self, size: int, stamp: record_batch.StampedRange, now_ms: int) -> bool:
+    def _needs_roll(self, size: int, stamp: bh.StampedRange, now_ms: int) -> bool:
         last_offset = stamp.next_offset - 1
         if last_offset - stamp.first_offset > segment_mod.INT32_MAX:
             raise CorruptRecordError(
@@ -362,7 +363,7 @@ class Log:
             return AppendInfo(first_offset=log_end, last_offset=log_end - 1, max_timestamp=NO_TIMESTAMP,
                               offset_of_max_timestamp=-1, batch_count=0, record_count=0, valid_bytes=0,
                               log_start_offset=self._log_start_offset)
-        scan = record_batch.scan_valid_prefix(view, 0, check_crc=True)
+        scan = bh.scan_valid_prefix(view, 0, check_crc=True)
         if scan.error is not None or scan.valid_bytes != len(view):
             reason = scan.error or f"incomplete batch ({len(view) - scan.valid_bytes} trailing bytes)"
             raise CorruptRecordError(f"invalid batch: {reason}", path=where, position=scan.valid_bytes)
@@ -784,8 +785,8 @@ def _no_step(_name: str) -> None:
     """The default ``on_step`` of :meth:`Log.replace_segments`."""
 
 
-def _set_log_append_time(view: memoryview, stamp: record_batch.StampedRange,
-                         now_ms: int) -> record_batch.StampedRange:
+def _set_log_append_time(view: memoryview, stamp: bh.StampedRange,
+                         now_ms: int) -> bh.StampedRange:
     """``message.timestamp.type=LogAppendTime``: every validated batch gets maxTimestamp = now_ms.
 
     Kafka's LogValidator does this for uncompressed and compressed batches
@@ -798,11 +799,11 @@ def _set_log_append_time(view: memoryview, stamp: record_batch.StampedRange,
     segment), so the segment re-walks the patched headers when it commits.
     """
     for position, _base, _epoch in stamp.originals:
-        record_batch.BatchHeader(view, position).set_max_timestamp(
-            record_batch.TimestampType.LOG_APPEND_TIME, now_ms)
+        bh.BatchHeader(view, position).set_max_timestamp(
+            bh.TimestampType.LOG_APPEND_TIME, now_ms)
     return stamp._replace(max_timestamp=now_ms, first_batch_max_timestamp=now_ms,
-                          offset_of_max_timestamp=record_batch.BatchHeader(view, 0).last_offset,
-                          start_cursor=record_batch.NO_INDEX)
+                          offset_of_max_timestamp=bh.BatchHeader(view, 0).last_offset,
+                          start_cursor=bh.NO_INDEX)
 
 
 # ====================================================================== loading helpers
@@ -882,7 +883,7 @@ def _next_offset_of_file(path: str, base_offset: int) -> int:
     with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)
         try:
-            scan = record_batch.scan_valid_prefix(view, 0, check_crc=False)
+            scan = bh.scan_valid_prefix(view, 0, check_crc=False)
         finally:
             view.release()
     return base_offset if scan.last_offset is None else scan.last_offset + 1

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kraftlog.errors import ConfigError
-from kraftlog.storage.record_batch import TimestampType
+from kraftlog.storage.batch_header import TimestampType
 
 INT32_MAX = 2**31 - 1
 LONG_MAX = 2**63 - 1

@@ -43,15 +43,14 @@ clock (``now_ms`` comes in).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import crc32c
 
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import compression as codecs
-from kraftlog.storage import record_batch as rb
 from kraftlog.storage import varint
 
 LONG_MAX = (1 << 63) - 1
@@ -62,14 +61,12 @@ DEFAULT_TIMESTAMP_AFTER_MAX_MS = LONG_MAX
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024 + 12
 """``max.message.bytes`` (Kafka's 1048588)."""
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ValidationConfig:
     """The topic's settings the validator applies; each names its Kafka property."""
 
-    timestamp_type: rb.TimestampType = rb.TimestampType.CREATE_TIME
+    timestamp_type: bh.TimestampType = bh.TimestampType.CREATE_TIME
     """``message.timestamp.type``."""
     timestamp_before_max_ms: int = DEFAULT_TIMESTAMP_BEFORE_MAX_MS
     """``message.timestamp.before.max.ms`` (ms): how far a CreateTime timestamp may lie in the past."""
@@ -115,7 +112,7 @@ def validate_batches(buf: bytes | bytearray | memoryview, config: ValidationConf
     Never raises for bad bytes: every problem comes back as a :class:`Rejection` naming
     the batch (its index and byte position) and, for record problems, the records.
     """
-    view = rb._as_view(buf)
+    view = bh.as_view(buf)
     owner = view.obj
     # Records are read from the buffer that owns them (bytes indexing is the fast path);
     # anything else is copied once.
@@ -146,23 +143,23 @@ def _validate_batch(data: bytes | bytearray, pos: int, end: int, batch: int,
     """One batch at ``pos``: (the rejection or None, its size in bytes)."""
     where = _where(batch, pos)
     remaining = end - pos
-    if remaining < rb.HEADER_SIZE:
+    if remaining < bh.HEADER_SIZE:
         return _corrupt(f"{where} is partial: {remaining} bytes left, a batch header needs "
-                        f"{rb.HEADER_SIZE}"), 0
+                        f"{bh.HEADER_SIZE}"), 0
     (_base, length, _epoch, magic, crc, attributes, last_offset_delta, base_timestamp,
-     max_timestamp, producer_id, producer_epoch, base_sequence, count) = _HEADER.unpack_from(data, pos)
-    if length < rb.MIN_BATCH_LENGTH:
-        return _corrupt(f"{where} has invalid batch length {length} (minimum {rb.MIN_BATCH_LENGTH})"), 0
-    size = rb.LOG_OVERHEAD + length
+     max_timestamp, producer_id, producer_epoch, base_sequence, count) = bh.HEADER.unpack_from(data, pos)
+    if length < bh.MIN_BATCH_LENGTH:
+        return _corrupt(f"{where} has invalid batch length {length} (minimum {bh.MIN_BATCH_LENGTH})"), 0
+    size = bh.LOG_OVERHEAD + length
     if size > remaining:
         return _corrupt(f"{where} is partial: {size} bytes declared, {remaining} present"), 0
-    if magic != rb.MAGIC:
-        return _corrupt(f"{where} has unsupported magic {magic} (expected {rb.MAGIC})"), 0
+    if magic != bh.MAGIC:
+        return _corrupt(f"{where} has unsupported magic {magic} (expected {bh.MAGIC})"), 0
     stop = pos + size
-    computed = crc32c.crc32c(memoryview(data)[pos + rb.ATTRIBUTES_OFFSET : stop])
+    computed = crc32c.crc32c(memoryview(data)[pos + bh.ATTRIBUTES_OFFSET : stop])
     if computed != crc:
         return _corrupt(f"{where} fails its CRC: stored 0x{crc:08x}, computed 0x{computed:08x}"), 0
-    codec_id = attributes & rb.COMPRESSION_CODEC_MASK
+    codec_id = attributes & bh.COMPRESSION_CODEC_MASK
     if codec_id > max(codecs.CompressionType):
         return _corrupt(f"{where} has unknown compression codec id {codec_id}"), 0
     codec = codecs.CompressionType(codec_id)
@@ -174,18 +171,18 @@ def _validate_batch(data: bytes | bytearray, pos: int, end: int, batch: int,
                                      producer_epoch, base_sequence)
     if header_problem is not None:
         return Rejection(error=ErrorCode.INVALID_RECORD, message=f"{where}: {header_problem}"), 0
-    log_append_time = config.timestamp_type is rb.TimestampType.LOG_APPEND_TIME
-    if not log_append_time and attributes & rb.TIMESTAMP_TYPE_MASK:
+    log_append_time = config.timestamp_type is bh.TimestampType.LOG_APPEND_TIME
+    if not log_append_time and attributes & bh.TIMESTAMP_TYPE_MASK:
         # Kafka: a producer may not set LogAppendTime on a CreateTime topic; every record is at fault.
         reason = "the producer set timestamp type LogAppendTime on a CreateTime topic"
         return Rejection(error=ErrorCode.INVALID_TIMESTAMP, message=f"{where}: {reason}",
                          record_errors=tuple(RecordError(batch_index=i, message=reason)
                                              for i in range(count))), 0
     if codec is codecs.CompressionType.NONE:
-        section, start, section_end = data, pos + rb.RECORDS_OFFSET, stop
+        section, start, section_end = data, pos + bh.RECORDS_OFFSET, stop
     else:
         try:
-            section = codecs.decompress(codec, memoryview(data)[pos + rb.RECORDS_OFFSET : stop],
+            section = codecs.decompress(codec, memoryview(data)[pos + bh.RECORDS_OFFSET : stop],
                                         max_size=config.max_message_bytes)
         except codecs.DecompressedTooLargeError:
             return Rejection(error=ErrorCode.MESSAGE_TOO_LARGE,
@@ -237,11 +234,11 @@ def _header_problem(attributes: int, last_offset_delta: int, count: int, produce
     if last_offset_delta != count - 1:
         return (f"record count {count} and last offset delta {last_offset_delta} disagree "
                 "(a batch's offsets run 0..count-1)")
-    if attributes & rb.CONTROL_FLAG_MASK:
+    if attributes & bh.CONTROL_FLAG_MASK:
         return "clients may not write control batches"
-    if attributes & rb.TRANSACTIONAL_FLAG_MASK:
+    if attributes & bh.TRANSACTIONAL_FLAG_MASK:
         return "transactional batches are not supported (kraftlog has no transaction coordinator)"
-    if producer_id < rb.NO_PRODUCER_ID:
+    if producer_id < bh.NO_PRODUCER_ID:
         return f"invalid producer id {producer_id}"
     if producer_id >= 0 and (producer_epoch < 0 or base_sequence < 0):
         return (f"producer id {producer_id} needs a producer epoch and base sequence >= 0, "
@@ -265,7 +262,8 @@ def _scan_records(data: bytes | bytearray, pos: int, end: int, count: int,
 
     One pass, nothing built per record. Each varint is read inline when it takes one or two
     bytes (zigzag: raw ``r`` stands for ``(r >> 1) ^ -(r & 1)``), else by
-    :func:`_slow_varint`. Reads may run past a record's end into the bytes after it (never
+    :func:`_slow_varint`: :func:`kraftlog.storage.varint.decode_varint`'s fast path,
+    copied for speed (the reader is varint.py; see its docstring). Reads may run past a record's end into the bytes after it (never
     past ``len(data)``, which raises IndexError): every record must end exactly where its
     length says, and before ``end``, so such a read always ends in a refusal.
     """
@@ -417,7 +415,7 @@ def _timestamp_errors(data: bytes | bytearray, pos: int, count: int, base_timest
         length, body = varint.decode_varint(data, pos)  # type: ignore[arg-type]
         delta, _ = varint.decode_varlong(data, body + 1)  # type: ignore[arg-type]
         timestamp = base_timestamp + delta
-        if timestamp != rb.NO_TIMESTAMP and not low <= timestamp <= high:
+        if timestamp != bh.NO_TIMESTAMP and not low <= timestamp <= high:
             errors.append(RecordError(batch_index=index,
                                       message=f"timestamp {timestamp} of record {index} is out of "
                                               f"range [{low}, {high}]"))

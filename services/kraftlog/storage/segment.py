@@ -11,7 +11,7 @@ from it; offset-by-timestamp lookup; flush and delete.
 Called by :mod:`kraftlog.storage.log` only. It never decodes records on the
 append or read path: it looks at the 61-byte v2 batch headers and moves bytes.
 Offsets and leader epochs are stamped, and CRCs checked, by
-:mod:`kraftlog.storage.record_batch` before bytes reach this module. It never
+:mod:`kraftlog.storage.batch_header` before bytes reach this module. It never
 reads the clock (``now_ms`` is passed in) and knows nothing about other
 segments, retention or the recovery point: the Log decides those.
 """
@@ -23,12 +23,12 @@ import contextlib
 import logging
 import mmap
 import os
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from kraftlog.errors import CorruptFileError, CorruptRecordError, InvariantViolation
+from kraftlog.storage import batch_header as bh
 from kraftlog.storage import index as index_mod
 from kraftlog.storage import record_batch
 from kraftlog.storage.log_config import LogConfig
@@ -45,14 +45,10 @@ TMP_SUFFIX = ".tmp"
 INT32_MAX = 2**31 - 1
 NO_TIMESTAMP = -1
 
-# The leading fields of a v2 batch header (KIP-98 layout, the same bytes
-# record_batch.BatchHeader reads): baseOffset int64, batchLength int32,
-# partitionLeaderEpoch int32, magic int8, crc uint32, attributes int16,
-# lastOffsetDelta int32, baseTimestamp int64, maxTimestamp int64. One
-# unpack_from per batch is what keeps the per-batch walk on append and read
-# cheap next to the byte copy; validation stays in record_batch.
-_HEADER_PREFIX = struct.Struct(">qiibIhiqq")
-_PEEK_SIZE = _HEADER_PREFIX.size
+# One HEADER_PREFIX unpack per batch (the fields through maxTimestamp) is what keeps the
+# per-batch walk on append and read cheap next to the byte copy; validation stays in
+# batch_header.
+_PEEK_SIZE = bh.HEADER_PREFIX.size
 # pwritev takes at most IOV_MAX buffers (1024 on Linux): 512 batches per call.
 _IOV_MAX = 1024
 
@@ -65,7 +61,7 @@ name at each use, because building one per batch is on the append hot path
 
 
 def walk_batches(buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None) -> list[BatchInfo]:
-    """Header-only walk over ``buf[start:end]``, whole batches already validated by record_batch.
+    """Header-only walk over ``buf[start:end]``, whole batches already validated by batch_header.
 
     Positions are relative to ``buf``. Raises CorruptRecordError if the range
     does not end on a batch boundary.
@@ -74,11 +70,11 @@ def walk_batches(buf: bytes | bytearray | memoryview, start: int = 0, end: int |
     append = infos.append
     position = start
     end = len(buf) if end is None else end
-    unpack = _HEADER_PREFIX.unpack_from
-    overhead = record_batch.LOG_OVERHEAD
-    min_length = record_batch.HEADER_SIZE - record_batch.LOG_OVERHEAD
+    unpack = bh.HEADER_PREFIX.unpack_from
+    overhead = bh.LOG_OVERHEAD
+    min_length = bh.HEADER_SIZE - bh.LOG_OVERHEAD
     while position < end:
-        if end - position < record_batch.HEADER_SIZE:
+        if end - position < bh.HEADER_SIZE:
             raise CorruptRecordError(f"partial batch header ({end - position} bytes)", position=position)
         base, length, epoch, _magic, _crc, _attrs, delta, _base_ts, max_ts = unpack(buf, position)
         size = length + overhead
@@ -266,7 +262,7 @@ class LogSegment:
         infos: list[BatchInfo] = []
         with self._mapped() as view:
             if view is not None:
-                scan = record_batch.scan_valid_prefix(view, 0, check_crc=True)
+                scan = bh.scan_valid_prefix(view, 0, check_crc=True)
                 valid_bytes = scan.valid_bytes
                 reason = scan.error
                 if reason is None and valid_bytes < len(view):
@@ -389,9 +385,9 @@ class LogSegment:
         self._index_batches(infos, start)
         self._commit(len(view), infos[-1][1] + 1, infos[0][4])
 
-    def index_cursor(self) -> record_batch.IndexCursor:
-        """The index state a leader append plans its entries from (:func:`record_batch.stamp_range`)."""
-        return record_batch.IndexCursor(
+    def index_cursor(self) -> bh.IndexCursor:
+        """The index state a leader append plans its entries from (:func:`batch_header.stamp_range`)."""
+        return bh.IndexCursor(
             base_offset=self.base_offset, position=self.size, interval_bytes=self.index_interval_bytes,
             bytes_since_entry=self._bytes_since_last_index_entry, max_timestamp=self.max_timestamp_so_far,
             offset_of_max_timestamp=self.offset_of_max_timestamp_so_far,
@@ -414,7 +410,7 @@ class LogSegment:
         self._synced = False
 
     def write_pieces_at(self, pieces: Sequence[bytes | memoryview], position: int) -> None:
-        """:meth:`write_at` for a buffer given as pieces (:func:`record_batch.stamped_pieces`): ``pwritev``."""
+        """:meth:`write_at` for a buffer given as pieces (:func:`batch_header.stamped_pieces`): ``pwritev``."""
         at = position
         for first in range(0, len(pieces), _IOV_MAX):
             group = pieces[first:first + _IOV_MAX]
@@ -430,10 +426,10 @@ class LogSegment:
         """Cut the file back to ``size``: undo :meth:`write_at` of an append that failed."""
         os.ftruncate(self._fd, self.size)
 
-    def commit_stamped(self, view: memoryview, stamped: record_batch.StampedRange) -> None:
+    def commit_stamped(self, view: memoryview, stamped: bh.StampedRange) -> None:
         """Make ``view``, written by :meth:`write_at` at ``size``, part of the segment, with its index entries.
 
-        ``stamped`` is the :func:`record_batch.stamp_range` result for all of
+        ``stamped`` is the :func:`batch_header.stamp_range` result for all of
         ``view``. Its planned index entries are used when it was planned from
         this segment's current :meth:`index_cursor` and both indexes have room;
         otherwise (a roll in between, a full index, or a caller that planned
@@ -476,7 +472,7 @@ class LogSegment:
         self.next_offset = next_offset
 
     def _index_batches(self, infos: Sequence[BatchInfo], start: int) -> None:
-        """Index entries for batches written at ``start`` (the walk that :func:`record_batch.stamp_range` plans)."""
+        """Index entries for batches written at ``start`` (the walk that :func:`batch_header.stamp_range` plans)."""
         since = self._bytes_since_last_index_entry
         interval = self.index_interval_bytes
         max_ts = self.max_timestamp_so_far
@@ -523,10 +519,10 @@ class LogSegment:
         data = os.pread(self._fd, _PEEK_SIZE, position)
         if len(data) < _PEEK_SIZE:
             return None
-        base, length, epoch, _magic, _crc, _attrs, delta, _base_ts, max_ts = _HEADER_PREFIX.unpack(data)
-        if length < record_batch.HEADER_SIZE - record_batch.LOG_OVERHEAD:
+        base, length, epoch, _magic, _crc, _attrs, delta, _base_ts, max_ts = bh.HEADER_PREFIX.unpack(data)
+        if length < bh.HEADER_SIZE - bh.LOG_OVERHEAD:
             raise CorruptRecordError(f"impossible batch length {length}", path=self.log_path, position=position)
-        return base, length + record_batch.LOG_OVERHEAD, base + delta, epoch, max_ts
+        return base, length + bh.LOG_OVERHEAD, base + delta, epoch, max_ts
 
     def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, int] | None:
         """(position, base offset) of the first batch whose last offset is >= offset, or None.
