@@ -432,6 +432,21 @@ def run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def reassignments_json(progress: admin_pb2.ListPartitionReassignmentsProgressResponse,
+                       ) -> dict[str, Any]:
+    """``reassign list --output json``: every move in progress, bytes behind (-1: unknown)."""
+    payload = []
+    for topic in progress.topics:
+        for part in topic.partitions:
+            behind = [p.bytes_behind for p in part.progress if p.bytes_behind >= 0]
+            payload.append({"topic": topic.name, "partition": part.partition_index,
+                            "replicas": list(part.replicas),
+                            "addingReplicas": list(part.adding_replicas),
+                            "removingReplicas": list(part.removing_replicas),
+                            "bytesBehind": sum(behind) if behind else -1})
+    return {"reassignments": payload}
+
+
 def run_list(args: argparse.Namespace) -> int:
     topics = tc.parse_topics(args.topics, required=False)
 
@@ -439,7 +454,6 @@ def run_list(args: argparse.Namespace) -> int:
         return await admin.list_partition_reassignments({t: [] for t in topics} or None)
     progress = tc._run(args, body)
     rows = []
-    payload = []
     for topic in progress.topics:
         for part in topic.partitions:
             behind = [p.bytes_behind for p in part.progress if p.bytes_behind >= 0]
@@ -448,13 +462,8 @@ def run_list(args: argparse.Namespace) -> int:
                          ",".join(map(str, part.adding_replicas)) or "-",
                          ",".join(map(str, part.removing_replicas)) or "-",
                          human_bytes(sum(behind)) if behind else "?"))
-            payload.append({"topic": topic.name, "partition": part.partition_index,
-                            "replicas": list(part.replicas),
-                            "addingReplicas": list(part.adding_replicas),
-                            "removingReplicas": list(part.removing_replicas),
-                            "bytesBehind": sum(behind) if behind else -1})
     if args.output == "json":
-        print(json.dumps({"reassignments": payload}))
+        print(json.dumps(reassignments_json(progress)))
     elif not rows:
         print("No partition reassignments in progress")
     else:
@@ -488,6 +497,12 @@ def parse_election_json(text: str, source: str) -> dict[str, list[int]]:
             raise errors.ConfigError(f"{source}: {topic}-{partition} appears twice")
         result[topic].append(partition)
     return result
+
+
+def election_json(elected: Sequence[str], not_needed: Sequence[str], failed: Sequence[str],
+                  ) -> dict[str, Any]:
+    """``leader-election --output json``: partitions (``topic-N``) by outcome."""
+    return {"elected": list(elected), "notNeeded": list(not_needed), "failed": list(failed)}
 
 
 def run_leader_election(args: argparse.Namespace) -> int:
@@ -528,7 +543,7 @@ def run_leader_election(args: argparse.Namespace) -> int:
                 failed.append(f"{name}: {code.name}"
                               + (f" ({part.error.message})" if part.error.message else ""))
     if args.output == "json":
-        print(json.dumps({"elected": elected, "notNeeded": not_needed, "failed": failed}))
+        print(json.dumps(election_json(elected, not_needed, failed)))
     else:
         if elected:
             print(f"Successfully completed leader election ({election.name}) for partitions "

@@ -212,12 +212,15 @@ def _status_rows(layout: lay.Layout) -> list[dict[str, Any]]:
     return rows
 
 
+def status_json(layout: lay.Layout, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"clusterId": layout.cluster_id, "directory": str(layout.directory), "nodes": rows}
+
+
 def run_status(args: argparse.Namespace) -> int:
     layout = proc.existing(_directory(args))
     rows = _status_rows(layout)
     if args.output == "json":
-        print(json.dumps({"clusterId": layout.cluster_id, "directory": str(layout.directory),
-                          "nodes": rows}, indent=2))
+        print(json.dumps(status_json(layout, rows), indent=2))
     else:
         print(f"dev cluster {layout.cluster_id} in {layout.directory}")
         header = ("NODE", "ENDPOINT", "STATE", "PID", "DETAIL")
