@@ -23,6 +23,7 @@ pip_version=$("$tmp/venv/bin/python" -m pip --version | cut -d' ' -f2)
 # kraftlog works with; this file picks one point inside them.
 HEADER
   echo "pip==$pip_version"
-  "$tmp/venv/bin/python" -m pip freeze --exclude-editable
+  # --exclude-editable leaves kraftlog out; in a git checkout pip still adds a comment for it.
+  "$tmp/venv/bin/python" -m pip freeze --exclude-editable | grep -v '^# Editable'
 } > "$root/constraints.txt"
 echo "==> wrote $root/constraints.txt ($(grep -vc '^#' "$root/constraints.txt") pins)"
