@@ -343,12 +343,17 @@ def test_admin_commands_prefer_the_admin_variable_when_both_are_set(
     assert tc.admin_targets(None, "b:1") == ["b:1"]
 
 
-def test_dev_up_exports_every_endpoint_variable(tmp_path: pathlib.Path) -> None:
+def test_dev_up_exports_every_endpoint_variable(tmp_path: pathlib.Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     layout = dev_process.create_or_load(tmp_path, controllers=3, brokers=2, base_port=20000,
                                         with_admin=True)
-    assert dev_commands.export_lines(layout) == [
+    dev_commands._print_next_steps(layout, dev_process.QuorumView(
+        leader_id=1, epoch=1, high_watermark=0, voter_end_offsets={}))
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.strip() for line in printed if "export " in line] == [
         "export KRAFTLOG_BOOTSTRAP_SERVER=127.0.0.1:20011,127.0.0.1:20012",
         "export KRAFTLOG_BOOTSTRAP_CONTROLLER=127.0.0.1:20001,127.0.0.1:20002,127.0.0.1:20003",
         "export KRAFTLOG_ADMIN=127.0.0.1:20000"]
+    assert "  kraftlog quorum describe --status" in printed  # no flag needed after them
     for line in dev_commands.export_lines(layout):
         assert line.split("=")[0].split()[1] in ENDPOINT_VARIABLES

@@ -83,31 +83,32 @@ def export_lines(layout: lay.Layout) -> list[str]:
 
 
 def _print_next_steps(layout: lay.Layout, quorum: proc.QuorumView) -> None:
-    controller = layout.of_role(lay.Role.CONTROLLER)[0]
     brokers = layout.of_role(lay.Role.BROKER)
-    broker = layout.endpoint(brokers[0])
     print(f"""
 The cluster is up. Active controller: {quorum.leader_id} (epoch {quorum.epoch}).
   controller.quorum.voters = {layout.voters}
   bootstrap.servers        = {layout.bootstrap_servers}""")
-    print("\nSet the default endpoints of every kraftlog command (or pass the flags):")
+    if layout.with_admin:
+        print(f"  admin service            = "
+              f"{layout.endpoint(layout.of_role(lay.Role.ADMIN)[0])}")
+    print("\nEvery kraftlog command's default endpoints (a flag overrides them):")
     for line in export_lines(layout):
         print(f"  {line}")
     if not layout.with_admin:
         print("\nNo admin service (--no-admin): topics, reassign and leader-election need one.")
         return
-    admin = layout.endpoint(layout.of_role(lay.Role.ADMIN)[0])
-    print(f"  admin service            = {admin}\n\nTry:")
     factor = min(2, len(brokers))
     targets = ",".join(str(b.node_id) for b in brokers[-factor:])
-    print(f"""  kraftlog topics create --topic demo --partitions 6 --replication-factor {factor}
-  seq 1 1000 | kraftlog produce --bootstrap-server {broker} --topic demo --acks all
-  kraftlog consume --bootstrap-server {broker} --topic demo --from-beginning --max-messages 10
+    print(f"""
+Then try:
+  kraftlog topics create --topic demo --partitions 6 --replication-factor {factor}
+  seq 1 1000 | kraftlog produce --topic demo --acks all
+  kraftlog consume --topic demo --from-beginning --max-messages 10
   kraftlog reassign generate --topics demo --broker-list {targets} --output json \\
       | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["proposed"]))' > plan.json
   kraftlog reassign execute --reassignment-json-file plan.json --throttle 1000000
   kraftlog reassign verify --reassignment-json-file plan.json --watch
-  kraftlog quorum describe --bootstrap-controller {layout.endpoint(controller)} --status
+  kraftlog quorum describe --status
   kraftlog dev kill {ACTIVE_CONTROLLER}     # then 'quorum describe' again: a new leader
   kraftlog dev status | kraftlog dev logs NODE | kraftlog dev down
 """)
