@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PINNED_EXTRAS = ("test", "spark")
+PINNED_EXTRAS = ("test", "spark", "kind")
 DEV_TOOLS = ("pytest", "pytest-timeout", "hypothesis", "mypy", "ruff")
 
 
