@@ -69,7 +69,7 @@ def test_topics_cluster_and_quorum(cluster: DevCluster) -> None:
     fails(cluster, "topics", "alter", "--topic", "tour", "--partitions", "2",
           message="INVALID_PARTITIONS")
     assert json.loads(ok(cluster, "topics", "describe", "--topic", "tour", "--output",
-                         "json"))["topics"][0]["partition_count"] == 4
+                         "json"))["topics"][0]["partitionCount"] == 4
     controller = cluster.controller(1)
     assert "LeaderId" in ok(cluster, "quorum", "describe", "--bootstrap-controller",
                             controller, "--status")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Make (or refresh) the project's virtualenv in .venv and install kraftlog into it.
 # Usage: scripts/bootstrap.sh [EXTRAS]   e.g. scripts/bootstrap.sh test
-# Idempotent: reinstalls only when pyproject.toml changed since the last install.
+# Idempotent: reinstalls only when pyproject.toml or constraints.txt changed since the last
+# install. Every package version comes from constraints.txt (pip -c), so a fresh checkout
+# installs what CI runs; scripts/refresh_constraints.sh rewrites it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 extras=${1:-}
@@ -19,10 +21,11 @@ if [ ! -x "$venv/bin/python" ]; then
     "$py" -m venv "$venv"
   }
 fi
+constraints="$root/constraints.txt"
 stamp="$venv/.kraftlog-installed${extras:+-$extras}"
-if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
-  echo "==> installing kraftlog${extras:+[$extras]} into $venv"
-  "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install -q -e "$root${extras:+[$extras]}" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ] || [ "$constraints" -nt "$stamp" ]; then
+  echo "==> installing kraftlog${extras:+[$extras]} into $venv (versions from constraints.txt)"
+  "$venv/bin/python" -m pip install -q --upgrade pip -c "$constraints" >/dev/null
+  "$venv/bin/python" -m pip install -q -c "$constraints" -e "$root${extras:+[$extras]}" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
   touch "$stamp"
 fi

@@ -21,7 +21,7 @@ if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
 fi
 py="$root/.venv/bin/python"
 echo "==> ruff"
-"$py" -m ruff check services tests bench scripts
+"$py" -m ruff check services tests bench scripts e2e
 echo "==> mypy --strict"
 "$py" -m mypy
 echo "==> pytest"

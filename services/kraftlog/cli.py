@@ -3,8 +3,10 @@
 Each room of the package that offers commands has a ``commands`` module with
 ``register(subparsers)``, which adds its subcommands and sets ``func`` on each
 parser to a callable ``(argparse.Namespace) -> int`` (the exit code). This module
-only assembles them and turns expected errors into one clear line on stderr and
-a non-zero exit, never a traceback.
+only assembles them, writes every parser's exit codes into its ``--help`` epilog
+(:mod:`kraftlog.cli_conventions`), answers a flag no parser knows with the usage of the
+subcommand it was given to (argparse alone would print the top-level usage), and turns
+expected errors into one clear line on stderr and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from kraftlog import __version__, errors
+from kraftlog import cli_conventions as conventions
 
 # Rooms that contribute subcommands, in help order, with the commands each adds. Only
 # the module of the command being run is imported (a CLI call should not pay for
@@ -34,9 +38,9 @@ _COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "kraftlog.pipeline.pipeline_commands": ("pipeline",),
 }
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
+EXIT_OK = conventions.EXIT_OK
+EXIT_ERROR = conventions.EXIT_ERROR
+EXIT_USAGE = conventions.EXIT_USAGE
 
 
 def _modules_for(argv: Sequence[str] | None) -> list[str]:
@@ -60,12 +64,46 @@ def build_parser(argv: Sequence[str] | None = None, *, every_command: bool = Fal
     sub.required = True
     for name in list(_COMMAND_MODULES) if every_command else _modules_for(argv):
         importlib.import_module(name).register(sub)
+    for each in walk_parsers(parser):
+        epilog = conventions.exit_codes_epilog(each)
+        each.epilog = f"{each.epilog}\n\n{epilog}" if each.epilog else epilog
     return parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any] | None:
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)),
+                None)
+
+
+def walk_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """``parser`` and every subcommand parser below it, depth first, each once."""
+    yield parser
+    sub = _subcommands(parser)
+    if sub is not None:
+        seen: set[int] = set()
+        for child in sub.choices.values():  # aliases map to the same parser
+            if id(child) not in seen:
+                seen.add(id(child))
+                yield from walk_parsers(child)
+
+
+def chosen_parser(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  ) -> argparse.ArgumentParser:
+    """The innermost subcommand parser ``args`` was parsed by."""
+    sub = _subcommands(parser)
+    if sub is None or sub.dest is argparse.SUPPRESS:
+        return parser
+    name = getattr(args, sub.dest, None)
+    child = sub.choices.get(name) if isinstance(name, str) else None
+    return parser if child is None else chosen_parser(child, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Print the usage of the subcommand the flag was given to (exits 2).
+        chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code: int = args.func(args)
     except errors.KraftlogError as exc:
@@ -75,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kraftlog: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return conventions.EXIT_INTERRUPTED
     return code
 
 

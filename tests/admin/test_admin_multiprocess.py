@@ -184,10 +184,10 @@ def test_topics_cli_through_the_admin_service(tmp_path: pathlib.Path) -> None:
                 ("topics", "list", "--admin", closed)])
             cluster_info = json.loads(ok(cluster_done))
             assert sorted(b["id"] for b in cluster_info["brokers"]) == list(BROKERS)
-            assert cluster_info["controller_id"] in cluster.ports
+            assert cluster_info["controllerId"] in cluster.ports
             (orders,) = json.loads(ok(described))["topics"]
-            assert orders["partition_count"] == 3 and orders["replication_factor"] == 3
-            assert orders["min_insync_replicas"] == 2
+            assert orders["partitionCount"] == 3 and orders["replicationFactor"] == 3
+            assert orders["minInsyncReplicas"] == 2
             assert orders["configs"] == {"min.insync.replicas": "2"}
             for p in orders["partitions"]:
                 assert sorted(p["replicas"]) == list(BROKERS) and p["leader"] in BROKERS
@@ -215,7 +215,7 @@ def test_topics_cli_through_the_admin_service(tmp_path: pathlib.Path) -> None:
                 ("reassign", "list", "--output", "json", "--bootstrap-server", at[BROKERS[0]]),
                 ("topics", "list", "--bootstrap-server", controller_at)])
             (via,) = json.loads(ok(via_described))["topics"]
-            assert via["partition_count"] == 2 and via["replication_factor"] == 2
+            assert via["partitionCount"] == 2 and via["replicationFactor"] == 2
             assert sorted(b["id"] for b in json.loads(ok(via_cluster))["brokers"]) == list(BROKERS)
             assert json.loads(ok(via_reassign)) == {"reassignments": []}
             fails(via_controller, f"no AdminService at {controller_at}")

@@ -114,6 +114,12 @@ def test_an_unreachable_controller_is_one_clear_line(capsys: pytest.CaptureFixtu
     assert "127.0.0.1:1 (UNAVAILABLE)" in err
 
 
-def test_json_output_has_the_same_fields() -> None:
-    text = json.dumps(qc.status_fields(_description()))
-    assert json.loads(text)["MaxFollowerLag"] == 30
+def test_json_output_has_the_same_fields_under_lower_camel_case_names() -> None:
+    status = json.loads(json.dumps(qc.status_json(_description())))
+    assert status["maxFollowerLag"] == 30 and list(status) == [
+        "clusterId", "leaderId", "leaderEpoch", "highWatermark", "maxFollowerLag",
+        "maxFollowerLagTimeMs", "currentVoters", "currentObservers"]
+    rows = qc.replication_json(_description())["replicas"]
+    assert [r["lag"] for r in rows][:3] == [0, 30, 0]
+    assert list(rows[0]) == ["nodeId", "logEndOffset", "lag", "lastFetchTimestamp",
+                             "lastCaughtUpTimestamp", "status"]

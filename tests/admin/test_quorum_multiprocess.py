@@ -52,11 +52,11 @@ def test_describe_follows_the_leader_and_history_shows_the_failover(
                           _address(cluster, follower), "--status", "--output", "json")
         assert status.returncode == 0, status.stderr
         fields = json.loads(status.stdout)
-        assert fields["LeaderId"] == first.leader_id
-        assert fields["LeaderEpoch"] == first.leader_epoch
-        assert fields["ClusterId"] == CLUSTER_ID
-        assert fields["CurrentVoters"] == list(NODES)
-        assert fields["HighWatermark"] >= first.high_watermark
+        assert fields["leaderId"] == first.leader_id
+        assert fields["leaderEpoch"] == first.leader_epoch
+        assert fields["clusterId"] == CLUSTER_ID
+        assert fields["currentVoters"] == list(NODES)
+        assert fields["highWatermark"] >= first.high_watermark
 
         replication = kraftlog("quorum", "describe", "--bootstrap-controller",
                                _address(cluster, follower), "--replication")
@@ -86,8 +86,8 @@ def test_describe_follows_the_leader_and_history_shows_the_failover(
                          "--status", "--output", "json")
         assert after.returncode == 0, after.stderr
         after_fields = json.loads(after.stdout)
-        assert after_fields["LeaderId"] == second.leader_id != old_leader
-        assert after_fields["LeaderEpoch"] == second.leader_epoch
+        assert after_fields["leaderId"] == second.leader_id != old_leader
+        assert after_fields["leaderEpoch"] == second.leader_epoch
 
         survivor = second.leader_id
         cluster.kill_all()

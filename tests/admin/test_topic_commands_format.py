@@ -195,12 +195,12 @@ def test_describe_table_has_a_summary_line_and_aligned_partition_rows() -> None:
 def test_describe_json_is_machine_readable() -> None:
     payload = json.loads(json.dumps(topic_commands.describe_json(_described())))
     (topic,) = payload["topics"]
-    assert topic["name"] == "orders" and topic["min_insync_replicas"] == 2
+    assert topic["name"] == "orders" and topic["minInsyncReplicas"] == 2
     assert topic["configs"] == {"retention.ms": "1000"}
     assert topic["partitions"][1] == {
-        "partition": 1, "leader": -1, "leader_epoch": 7, "replicas": [5, 6, 4], "isr": [5],
-        "adding_replicas": [4], "removing_replicas": [7], "offline_replicas": [6, 4],
-        "eligible_leader_replicas": [6], "last_known_elr": [4]}
+        "partition": 1, "leader": -1, "leaderEpoch": 7, "replicas": [5, 6, 4], "isr": [5],
+        "addingReplicas": [4], "removingReplicas": [7], "offlineReplicas": [6, 4],
+        "eligibleLeaderReplicas": [6], "lastKnownElr": [4]}
 
 
 def test_list_and_cluster_renderings() -> None:
@@ -211,7 +211,7 @@ def test_list_and_cluster_renderings() -> None:
     lines = topic_commands.format_list(listing)
     assert lines[0].split() == ["TOPIC", "PARTITIONS", "TOPIC", "ID", "INTERNAL"]
     assert lines[2].split()[0::3] == ["__consumer_offsets", "yes"]
-    assert topic_commands.list_json(listing)["topics"][0]["partition_count"] == 3
+    assert topic_commands.list_json(listing)["topics"][0]["partitionCount"] == 3
     assert topic_commands.format_list(admin_pb2.ListTopicsResponse()) == ["(no topics)"]
     B = controller_pb2.DescribeClusterResponse.DescribeClusterBroker
     cluster = controller_pb2.DescribeClusterResponse(cluster_id="c1", controller_id=2, brokers=[

@@ -12,7 +12,10 @@ log start offset there and deletes the records below it; the tool prints Kafka's
     partition: t-0	low_watermark: 10
     partition: t-1	error: OFFSET_OUT_OF_RANGE: ...
 
-and exits 1 when any partition failed (Kafka's tool exits 0 regardless). A file that is
+and exits 1 when any partition failed (Kafka's tool exits 0 regardless). ``--output json``
+prints one object instead, ``{"partitions": [{"topic", "partition", "lowWatermark"} or
+{"topic", "partition", "error", "message"}]}`` (lowerCamelCase keys,
+:mod:`kraftlog.cli_conventions`). A file that is
 not that JSON is one error line, before anything is sent. Consumers positioned below the
 new log start offset get OFFSET_OUT_OF_RANGE at their next fetch and reset by
 ``auto.offset.reset``. Edge module (the admin client, asyncio through ``topic_commands``).
@@ -95,6 +98,22 @@ def result_lines(answer: Any) -> tuple[list[str], bool]:
     return lines, failed
 
 
+def result_json(answer: Any) -> tuple[dict[str, Any], bool]:
+    """``--output json``: per partition its new low watermark or its error; any failed?"""
+    partitions: list[dict[str, Any]] = []
+    for topic in answer.topics:
+        for part in topic.partitions:
+            code = ErrorCode(part.error.code)
+            entry: dict[str, Any] = {"topic": topic.name, "partition": part.partition_index}
+            if code is ErrorCode.NONE:
+                entry["lowWatermark"] = part.low_watermark
+            else:
+                entry["error"] = code.name
+                entry["message"] = part.error.message
+            partitions.append(entry)
+    return {"partitions": partitions}, any("error" in e for e in partitions)
+
+
 def run_delete_records(args: argparse.Namespace) -> int:
     offsets = parse_offset_json(
         reassign_commands.read_file(args.offset_json_file, "offset json file"),
@@ -103,6 +122,10 @@ def run_delete_records(args: argparse.Namespace) -> int:
     async def body(admin: ac.AdminClient) -> Any:
         return await admin.delete_records(offsets, check=False)
 
+    if args.output == "json":
+        payload, failed = result_json(topic_commands._run(args, body))
+        print(json.dumps(payload))
+        return 1 if failed else 0
     print("Executing records delete operation", flush=True)
     answer = topic_commands._run(args, body)
     lines, failed = result_lines(answer)
@@ -118,7 +141,7 @@ def register(subparsers: Any) -> None:
         "delete-records", help="delete records below offsets (kafka-delete-records)",
         description="Move partitions' log start offsets forward, deleting the records "
                     "before them. FILE: " + EXPECTED + " (offset -1: the high watermark).")
-    topic_commands._common(parser, output=False)
+    topic_commands._common(parser, output=True)
     parser.add_argument("--offset-json-file", required=True, metavar="FILE",
                         help="kafka-delete-records' JSON of partitions and offsets")
     parser.set_defaults(func=run_delete_records)

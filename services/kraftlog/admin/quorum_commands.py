@@ -8,7 +8,10 @@ LogEndOffset, Lag, LastFetchTimestamp, LastCaughtUpTimestamp, Status). Only the
 raft leader can describe the quorum, so a controller that is not the leader is
 asked for the leader's endpoint (ControllerService.DescribeCluster's hint) and the
 question follows it; while no leader is known the tool retries until
-``--timeout-ms``. ``--output json`` prints the same facts as one JSON object.
+``--timeout-ms``. ``--output json`` prints the same facts as one JSON object, under
+Kafka's names with a lower-case first letter (``leaderId``, ``logEndOffset``: the
+lowerCamelCase of every ``--output json``, :mod:`kraftlog.cli_conventions`).
+``--bootstrap-controller`` defaults to ``$KRAFTLOG_BOOTSTRAP_CONTROLLER``.
 
 ``kraftlog quorum history --metadata-dir DIR`` reads a node's metadata log offline
 (read-only; the node may be running or stopped) and prints the epochs and leaders it
@@ -33,6 +36,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.admin import quorum_history
 from kraftlog.raft import snapshot as raft_snapshot
@@ -62,17 +66,29 @@ class QuorumDescription:
     leader_endpoint: str
 
 
-def parse_bootstrap(value: str) -> list[str]:
-    """``host:port[,host:port...]``; raises ConfigError naming the bad entry."""
+def parse_bootstrap(value: str, source: str = "--bootstrap-controller") -> list[str]:
+    """``host:port[,host:port...]`` from ``source`` (a flag or variable, for the error);
+    raises ConfigError naming the bad entry."""
     targets = [entry.strip() for entry in value.split(",") if entry.strip()]
     if not targets:
-        raise errors.ConfigError("--bootstrap-controller is empty; give HOST:PORT[,HOST:PORT]")
+        raise errors.ConfigError(f"{source} is empty; give HOST:PORT[,HOST:PORT]")
     for target in targets:
         match = _HOST_PORT.match(target)
         if match is None or not 0 < int(match.group("port")) < 65536:
-            raise errors.ConfigError(f"--bootstrap-controller entry {target!r} is not "
+            raise errors.ConfigError(f"{source} entry {target!r} is not "
                                      "HOST:PORT (port 1-65535)")
     return targets
+
+
+def bootstrap_targets(flag: str | None) -> list[str]:
+    """``--bootstrap-controller``, else ``$KRAFTLOG_BOOTSTRAP_CONTROLLER``; one is needed."""
+    if flag is not None:
+        return parse_bootstrap(flag)
+    env = conventions.env_default(conventions.BOOTSTRAP_CONTROLLER_ENV)
+    if env is None:
+        raise errors.ConfigError(f"give --bootstrap-controller HOST:PORT[,...] or set "
+                                 f"${conventions.BOOTSTRAP_CONTROLLER_ENV}")
+    return parse_bootstrap(env, f"${conventions.BOOTSTRAP_CONTROLLER_ENV}")
 
 
 def _endpoint_text(endpoint: common_pb2.Endpoint) -> str:
@@ -210,6 +226,19 @@ def status_fields(description: QuorumDescription) -> dict[str, Any]:
     }
 
 
+def json_names(fields: dict[str, Any]) -> dict[str, Any]:
+    """Kafka's names (``LeaderId``) as JSON keys: lower-case first letter (``leaderId``)."""
+    return {key[:1].lower() + key[1:]: value for key, value in fields.items()}
+
+
+def status_json(description: QuorumDescription) -> dict[str, Any]:
+    return json_names(status_fields(description))
+
+
+def replication_json(description: QuorumDescription) -> dict[str, Any]:
+    return {"replicas": [json_names(row) for row in replication_rows(description)]}
+
+
 def format_status(description: QuorumDescription) -> list[str]:
     lines = []
     for key, value in status_fields(description).items():
@@ -298,11 +327,11 @@ def run_describe(args: argparse.Namespace) -> int:
                                  "--replication")
     if args.timeout_ms <= 0:
         raise errors.ConfigError(f"--timeout-ms must be positive, got {args.timeout_ms}")
-    targets = parse_bootstrap(args.bootstrap_controller)
+    targets = bootstrap_targets(args.bootstrap_controller)
     description = asyncio.run(describe(targets, timeout_ms=args.timeout_ms))
     if _wants_json(args):
-        payload: Any = (status_fields(description) if args.status
-                        else replication_rows(description))
+        payload = (status_json(description) if args.status
+                   else replication_json(description))
         print(json.dumps(payload))
     else:
         now_ms = time.time_ns() // 1_000_000 if args.human_readable else None
@@ -322,8 +351,7 @@ def run_history(args: argparse.Namespace) -> int:
 
 
 def _output_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", choices=("text", "json"), default="text",
-                        help="text (default) or json, for scripts")
+    conventions.add_output_option(parser)
     parser.add_argument("--json", action="store_true", help="same as --output json")
 
 
@@ -337,8 +365,9 @@ def register(subparsers: Any) -> None:
     desc = sub.add_parser(
         "describe", help="the quorum leader's view: --status or --replication",
         description="Ask a controller (following the leader hint) for the quorum's state.")
-    desc.add_argument("--bootstrap-controller", required=True, metavar="HOST:PORT[,...]",
-                      help="one or more controller listener addresses")
+    desc.add_argument("--bootstrap-controller", default=None, metavar="HOST:PORT[,...]",
+                      help="one or more controller listener addresses (default: "
+                           f"${conventions.BOOTSTRAP_CONTROLLER_ENV})")
     desc.add_argument("--status", action="store_true",
                       help="leader, epoch, high watermark, lag, voters and observers")
     desc.add_argument("--replication", action="store_true",

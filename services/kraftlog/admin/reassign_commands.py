@@ -34,6 +34,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
 from kraftlog.admin import reassign_plan as rp
@@ -42,6 +43,7 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.v1 import admin_pb2
 
 EXIT_IN_PROGRESS = 3
+VERIFY_EXIT_CODES = {EXIT_IN_PROGRESS: "some moves still in progress"}
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
@@ -109,6 +111,11 @@ class MoveStatus:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "state": self.state,
+                "detail": self.detail, "copiedBytes": self.copied_bytes,
+                "totalBytes": self.total_bytes}
+
 
 def move_statuses(plan: rp.Plan, current: Mapping[tuple[str, int], Sequence[int]],
                   progress: admin_pb2.ListPartitionReassignmentsProgressResponse,
@@ -142,6 +149,11 @@ def move_statuses(plan: rp.Plan, current: Mapping[tuple[str, int], Sequence[int]
                                        state="failed",
                                        detail=f"replicas are {now}, the plan wants {want}"))
     return statuses
+
+
+def statuses_json(statuses: Sequence[MoveStatus]) -> dict[str, Any]:
+    """``verify --output json``: the plan's partitions and their states."""
+    return {"partitions": [s.to_json() for s in statuses]}
 
 
 def format_statuses(statuses: Sequence[MoveStatus], *, rates: Mapping[str, float] | None = None,
@@ -351,7 +363,7 @@ def run_verify(args: argparse.Namespace) -> int:
 def _print_statuses(args: argparse.Namespace, statuses: Sequence[MoveStatus],
                     rates: Mapping[str, float]) -> None:
     if args.output == "json":
-        print(json.dumps({"partitions": [dataclasses.asdict(s) for s in statuses]}))
+        print(json.dumps(statuses_json(statuses)))
         return
     print("Status of partition reassignment:")
     print("\n".join(format_statuses(statuses, rates=rates)))
@@ -378,7 +390,7 @@ async def _watch(admin: ac.AdminClient, plan: rp.Plan, statuses: list[MoveStatus
             sys.stdout.write(f"\x1b[{drawn}F\x1b[J")  # back to the first line, clear below
         lines = format_statuses(statuses, rates=rates)
         if args.output == "json":
-            print(json.dumps({"partitions": [dataclasses.asdict(s) for s in statuses]}),
+            print(json.dumps(statuses_json(statuses)),
                   flush=True)
         else:
             print("Status of partition reassignment:\n" + "\n".join(lines), flush=True)
@@ -420,6 +432,21 @@ def run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def reassignments_json(progress: admin_pb2.ListPartitionReassignmentsProgressResponse,
+                       ) -> dict[str, Any]:
+    """``reassign list --output json``: every move in progress, bytes behind (-1: unknown)."""
+    payload = []
+    for topic in progress.topics:
+        for part in topic.partitions:
+            behind = [p.bytes_behind for p in part.progress if p.bytes_behind >= 0]
+            payload.append({"topic": topic.name, "partition": part.partition_index,
+                            "replicas": list(part.replicas),
+                            "addingReplicas": list(part.adding_replicas),
+                            "removingReplicas": list(part.removing_replicas),
+                            "bytesBehind": sum(behind) if behind else -1})
+    return {"reassignments": payload}
+
+
 def run_list(args: argparse.Namespace) -> int:
     topics = tc.parse_topics(args.topics, required=False)
 
@@ -427,7 +454,6 @@ def run_list(args: argparse.Namespace) -> int:
         return await admin.list_partition_reassignments({t: [] for t in topics} or None)
     progress = tc._run(args, body)
     rows = []
-    payload = []
     for topic in progress.topics:
         for part in topic.partitions:
             behind = [p.bytes_behind for p in part.progress if p.bytes_behind >= 0]
@@ -436,13 +462,8 @@ def run_list(args: argparse.Namespace) -> int:
                          ",".join(map(str, part.adding_replicas)) or "-",
                          ",".join(map(str, part.removing_replicas)) or "-",
                          human_bytes(sum(behind)) if behind else "?"))
-            payload.append({"topic": topic.name, "partition": part.partition_index,
-                            "replicas": list(part.replicas),
-                            "addingReplicas": list(part.adding_replicas),
-                            "removingReplicas": list(part.removing_replicas),
-                            "bytesBehind": sum(behind) if behind else -1})
     if args.output == "json":
-        print(json.dumps({"reassignments": payload}))
+        print(json.dumps(reassignments_json(progress)))
     elif not rows:
         print("No partition reassignments in progress")
     else:
@@ -476,6 +497,12 @@ def parse_election_json(text: str, source: str) -> dict[str, list[int]]:
             raise errors.ConfigError(f"{source}: {topic}-{partition} appears twice")
         result[topic].append(partition)
     return result
+
+
+def election_json(elected: Sequence[str], not_needed: Sequence[str], failed: Sequence[str],
+                  ) -> dict[str, Any]:
+    """``leader-election --output json``: partitions (``topic-N``) by outcome."""
+    return {"elected": list(elected), "notNeeded": list(not_needed), "failed": list(failed)}
 
 
 def run_leader_election(args: argparse.Namespace) -> int:
@@ -516,7 +543,7 @@ def run_leader_election(args: argparse.Namespace) -> int:
                 failed.append(f"{name}: {code.name}"
                               + (f" ({part.error.message})" if part.error.message else ""))
     if args.output == "json":
-        print(json.dumps({"elected": elected, "notNeeded": not_needed, "failed": failed}))
+        print(json.dumps(election_json(elected, not_needed, failed)))
     else:
         if elected:
             print(f"Successfully completed leader election ({election.name}) for partitions "
@@ -575,6 +602,7 @@ def register(subparsers: Any) -> None:
     verify.add_argument("--watch-timeout-s", type=float, default=3600.0, metavar="S",
                         help="give up watching after S seconds (default 3600)")
     verify.set_defaults(func=run_verify)
+    conventions.declare_exit_codes(verify, VERIFY_EXIT_CODES)
 
     cancel = sub.add_parser("cancel", help="stop the moves of a plan that are in progress")
     tc._common(cancel, output=False)

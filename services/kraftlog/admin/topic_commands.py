@@ -8,9 +8,10 @@ subcommand takes where the AdminService is, one of:
   writes to the active controller;
 - ``--admin HOST:PORT[,...]``: ``kraftlog admin`` processes;
 
-(not both; default: ``$KRAFTLOG_ADMIN`` or ``$KRAFTLOG_BOOTSTRAP_SERVER``, never both
-set, else ``127.0.0.1:19090``). In a list the addresses are tried in turn while one is
-unreachable. Also ``--timeout-ms``; read commands take ``--output table|json``. The
+(not both; default: ``$KRAFTLOG_ADMIN``, else ``$KRAFTLOG_BOOTSTRAP_SERVER``, else
+``127.0.0.1:19090``). In a list the addresses are tried in turn while one is
+unreachable. Also ``--timeout-ms``; read commands take ``--output table|json`` (JSON with
+lowerCamelCase keys, :mod:`kraftlog.cli_conventions`). The
 ``reassign`` and ``leader-election`` tools (:mod:`.reassign_commands`) take the same.
 
 - ``topics create --topic T [--partitions N] [--replication-factor N]
@@ -36,19 +37,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import admin_pb2, common_pb2, controller_pb2
 
-ADMIN_ENV = "KRAFTLOG_ADMIN"
-BOOTSTRAP_ENV = "KRAFTLOG_BOOTSTRAP_SERVER"
+ADMIN_ENV = conventions.ADMIN_ENV
+BOOTSTRAP_ENV = conventions.BOOTSTRAP_SERVER_ENV
 _CONFIG_KEY = re.compile(r"^[A-Za-z0-9._-]+$")
 T = TypeVar("T")
 
@@ -140,17 +141,18 @@ def parse_addresses(value: str, source: str) -> list[str]:
 
 def admin_targets(admin: str | None, bootstrap_server: str | None = None) -> list[str]:
     """Where the AdminService is: ``--admin`` or ``--bootstrap-server`` (not both), else
-    ``$KRAFTLOG_ADMIN`` or ``$KRAFTLOG_BOOTSTRAP_SERVER`` (not both), else the default."""
+    ``$KRAFTLOG_ADMIN``, else ``$KRAFTLOG_BOOTSTRAP_SERVER``, else the default.
+
+    Both variables may be set (``kraftlog dev up`` prints both, and produce/consume
+    read the second): the admin service, named for this purpose, wins."""
     if admin and bootstrap_server:
         raise errors.ConfigError("--admin and --bootstrap-server are mutually exclusive")
     if admin:
         return parse_addresses(admin, "--admin")
     if bootstrap_server:
         return parse_addresses(bootstrap_server, "--bootstrap-server")
-    env_admin, env_bootstrap = os.environ.get(ADMIN_ENV), os.environ.get(BOOTSTRAP_ENV)
-    if env_admin and env_bootstrap:
-        raise errors.ConfigError(f"both ${ADMIN_ENV} and ${BOOTSTRAP_ENV} are set: unset one, "
-                                 "or pass --admin or --bootstrap-server")
+    env_admin = conventions.env_default(ADMIN_ENV)
+    env_bootstrap = conventions.env_default(BOOTSTRAP_ENV)
     if env_admin:
         return parse_addresses(env_admin, f"${ADMIN_ENV}")
     if env_bootstrap:
@@ -189,8 +191,8 @@ def format_list(response: admin_pb2.ListTopicsResponse) -> list[str]:
 
 
 def list_json(response: admin_pb2.ListTopicsResponse) -> dict[str, Any]:
-    return {"topics": [{"name": t.name, "topic_id": topic_id_text(t.topic_id),
-                        "partition_count": t.partition_count, "internal": t.is_internal}
+    return {"topics": [{"name": t.name, "topicId": topic_id_text(t.topic_id),
+                        "partitionCount": t.partition_count, "internal": t.is_internal}
                        for t in response.topics]}
 
 
@@ -220,17 +222,18 @@ def format_describe(response: admin_pb2.DescribeTopicsResponse) -> list[str]:
 
 def describe_json(response: admin_pb2.DescribeTopicsResponse) -> dict[str, Any]:
     return {"topics": [{
-        "name": t.name, "topic_id": topic_id_text(t.topic_id), "internal": t.is_internal,
-        "partition_count": t.partition_count, "replication_factor": t.replication_factor,
-        "min_insync_replicas": t.min_insync_replicas,
+        "name": t.name, "topicId": topic_id_text(t.topic_id), "internal": t.is_internal,
+        "partitionCount": t.partition_count, "replicationFactor": t.replication_factor,
+        "minInsyncReplicas": t.min_insync_replicas,
+        # Config names are values (Kafka's dotted names), not keys of this format.
         "configs": {c.name: c.value for c in t.configs},
         "partitions": [{"partition": p.partition_index, "leader": p.leader_id,
-                        "leader_epoch": p.leader_epoch, "replicas": list(p.replicas),
-                        "isr": list(p.isr), "adding_replicas": list(p.adding_replicas),
-                        "removing_replicas": list(p.removing_replicas),
-                        "offline_replicas": list(p.offline_replicas),
-                        "eligible_leader_replicas": list(p.eligible_leader_replicas),
-                        "last_known_elr": list(p.last_known_elr)}
+                        "leaderEpoch": p.leader_epoch, "replicas": list(p.replicas),
+                        "isr": list(p.isr), "addingReplicas": list(p.adding_replicas),
+                        "removingReplicas": list(p.removing_replicas),
+                        "offlineReplicas": list(p.offline_replicas),
+                        "eligibleLeaderReplicas": list(p.eligible_leader_replicas),
+                        "lastKnownElr": list(p.last_known_elr)}
                        for p in t.partitions]} for t in response.topics]}
 
 
@@ -260,9 +263,9 @@ def format_cluster(response: controller_pb2.DescribeClusterResponse) -> list[str
 
 
 def cluster_json(response: controller_pb2.DescribeClusterResponse) -> dict[str, Any]:
-    return {"cluster_id": response.cluster_id, "controller_id": response.controller_id,
+    return {"clusterId": response.cluster_id, "controllerId": response.controller_id,
             "brokers": [{"id": b.broker_id, "endpoint": _endpoint(b), "rack": b.rack,
-                         "state": _broker_state(b), "broker_epoch": b.broker_epoch}
+                         "state": _broker_state(b), "brokerEpoch": b.broker_epoch}
                         for b in response.brokers]}
 
 
@@ -388,13 +391,12 @@ def _common(parser: argparse.ArgumentParser, *, output: bool) -> None:
                             f"active controller; default: ${BOOTSTRAP_ENV})")
     where.add_argument("--admin", default=None, metavar="HOST:PORT[,...]",
                        help=f"the 'kraftlog admin' service (default: ${ADMIN_ENV}, else "
-                            f"{ac.DEFAULT_ADMIN})")
+                            f"${BOOTSTRAP_ENV}, else {ac.DEFAULT_ADMIN})")
     parser.add_argument("--timeout-ms", type=int, default=ac.DEFAULT_TIMEOUT_MS, metavar="MS",
                         help=f"deadline of the call, retries included "
                              f"(default {ac.DEFAULT_TIMEOUT_MS})")
     if output:
-        parser.add_argument("--output", choices=("table", "json"), default="table",
-                            help="table (default) or json, for scripts")
+        conventions.add_output_option(parser)
 
 
 def register(subparsers: Any) -> None:

@@ -11,7 +11,7 @@ line naming the error (and how many records failed) otherwise.
 ``kraftlog consume --bootstrap-server HOST:PORT --topic T [--partition N]
 [--from-beginning | --offset N|earliest|latest] [--max-messages N]
 [--timeout-ms MS] [--print-key] [--print-headers] [--print-offset]
-[--print-partition] [--print-timestamp] [--output text|json] [--group G]`` prints
+[--print-partition] [--print-timestamp] [--output table|json] [--group G]`` prints
 records (value only, or tab-separated fields in Kafka's formatter order, or one JSON
 object per line), stops after ``--max-messages`` or ``--timeout-ms`` without a
 record, and prints ``Processed a total of N messages`` on stderr. With ``--group``
@@ -23,6 +23,11 @@ A batch that does not decode (CORRUPT_MESSAGE: a bad CRC, records that do not pa
 stops the tool after the records before it were printed: one error line names the
 topic, partition and offset (and the offset to start from to skip it), exit code 1.
 ``--skip-corrupt`` instead prints that line as a warning, skips the batch and goes on.
+
+``--bootstrap-server`` defaults to ``$KRAFTLOG_BOOTSTRAP_SERVER`` on both tools.
+``--output`` is ``table`` (Kafka's formatter lines; ``text`` is the older name) or
+``json`` (lowerCamelCase keys, :mod:`kraftlog.cli_conventions`); a bad value is a usage
+error (exit 2).
 
 Bad arguments, unknown topics and unreachable brokers (named) raise
 :class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.cli` prints as one
@@ -40,6 +45,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import errors, malloc_tuning
 from kraftlog.client import config as client_config
 from kraftlog.client import consumer as consumer_mod
@@ -60,8 +66,7 @@ def register(subparsers: Any) -> None:
     produce = subparsers.add_parser(
         "produce", help="send records from stdin to a topic (kafka-console-producer)",
         description="Send each line of stdin (or --value) as one record to TOPIC.")
-    produce.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
-                         help="brokers to ask for metadata")
+    _bootstrap_option(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--key-separator", metavar="SEP",
                          help="each line is KEY<SEP>VALUE (split at the first SEP)")
@@ -81,8 +86,7 @@ def register(subparsers: Any) -> None:
     consume = subparsers.add_parser(
         "consume", help="print records of a topic (kafka-console-consumer)",
         description="Print the committed records of TOPIC (all partitions, or --partition).")
-    consume.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]",
-                         help="brokers to ask for metadata")
+    _bootstrap_option(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", metavar="N", help="read only this partition")
     consume.add_argument("--from-beginning", action="store_true",
@@ -95,8 +99,10 @@ def register(subparsers: Any) -> None:
     for name, what in (("key", "the key"), ("headers", "the headers"), ("offset", "the offset"),
                        ("partition", "the partition"), ("timestamp", "the timestamp")):
         consume.add_argument(f"--print-{name}", action="store_true", help=f"print {what}")
-    consume.add_argument("--output", default="text", metavar="text|json",
-                         help="text (default) or one JSON object per line")
+    conventions.add_output_option(
+        consume, help_text="table: the values (and --print-* fields) as Kafka's formatter "
+                           "prints them (default; 'text' also works); json: one object per "
+                           "record and line")
     consume.add_argument("--group", metavar="G",
                          help="consumer group: start from its committed offsets and commit "
                               "after printing")
@@ -108,7 +114,25 @@ def register(subparsers: Any) -> None:
     consume.set_defaults(func=_traced(run_consume))
 
 
+def _bootstrap_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-server", default=None, metavar="HOST:PORT[,HOST:PORT]",
+                        help="brokers to ask for metadata (default: "
+                             f"${conventions.BOOTSTRAP_SERVER_ENV})")
+
+
 # -- argument checks ---------------------------------------------------------------------------
+
+def bootstrap_servers(flag: str | None) -> tuple[str, ...]:
+    """``--bootstrap-server``, else ``$KRAFTLOG_BOOTSTRAP_SERVER``; one of them is needed."""
+    if flag is not None:
+        return client_config.parse_bootstrap_servers(flag, key="--bootstrap-server")
+    env = conventions.env_default(conventions.BOOTSTRAP_SERVER_ENV)
+    if env is None:
+        raise errors.ConfigError(f"give --bootstrap-server HOST:PORT[,...] or set "
+                                 f"${conventions.BOOTSTRAP_SERVER_ENV}")
+    return client_config.parse_bootstrap_servers(
+        env, key=f"${conventions.BOOTSTRAP_SERVER_ENV}")
+
 
 def _traced(run: Any) -> Any:
     """Run a tool with OpenTelemetry set up from the ``OTEL_*`` variables (off unless they
@@ -207,8 +231,7 @@ def run_produce(args: argparse.Namespace) -> int:
     if separator is not None and not separator:
         raise errors.ConfigError("--key-separator must not be empty")
     properties: dict[str, Any] = {
-        "bootstrap.servers": client_config.parse_bootstrap_servers(
-            args.bootstrap_server, key="--bootstrap-server"),
+        "bootstrap.servers": bootstrap_servers(args.bootstrap_server),
         "acks": acks, "compression.type": args.compression_type,
         "max.block.ms": CLI_MAX_BLOCK_MS, "request.timeout.ms": CLI_REQUEST_TIMEOUT_MS,
         "delivery.timeout.ms": CLI_DELIVERY_TIMEOUT_MS,
@@ -296,8 +319,6 @@ def run_consume(args: argparse.Namespace) -> int:
     partition = _int_arg("--partition", args.partition, minimum=0)
     max_messages = _int_arg("--max-messages", args.max_messages, minimum=1)
     timeout_ms = _int_arg("--timeout-ms", args.timeout_ms, minimum=0)
-    if args.output not in ("text", "json"):
-        raise errors.ConfigError(f"--output {args.output!r} is invalid: use text or json")
     start_offset: int | None = None
     start: str = "latest"
     if args.offset is not None:
@@ -312,8 +333,7 @@ def run_consume(args: argparse.Namespace) -> int:
     elif args.from_beginning:
         start = "earliest"
     properties: dict[str, Any] = {
-        "bootstrap.servers": client_config.parse_bootstrap_servers(
-            args.bootstrap_server, key="--bootstrap-server"),
+        "bootstrap.servers": bootstrap_servers(args.bootstrap_server),
         "auto.offset.reset": start, "default.api.timeout.ms": CLI_REQUEST_TIMEOUT_MS,
     }
     group = args.group

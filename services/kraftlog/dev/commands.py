@@ -8,6 +8,9 @@ endpoints and what to try next. The processes keep running after ``up`` returns;
 ``down`` stops them (brokers first, with a controlled shutdown) and keeps the data
 unless ``--delete-data``; ``up`` again resumes the same cluster. ``kill NODE`` sends
 SIGKILL for fault drills (``kill active-controller`` picks the raft leader).
+``up`` ends with the ``export`` lines of the three endpoint variables
+(:mod:`kraftlog.cli_conventions`), after which no command needs an address flag.
+``status`` exits 3 when a node is stopped; ``--output json`` keys are lowerCamelCase.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ import sys
 import time
 from typing import Any
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.dev import layout as lay
 from kraftlog.dev import process as proc
 
 DEFAULT_DIR_ENV = "KRAFTLOG_DEV_DIR"
 ACTIVE_CONTROLLER = "active-controller"
+EXIT_NODE_STOPPED = 3
 
 
 def _directory(args: argparse.Namespace) -> pathlib.Path:
@@ -66,31 +71,44 @@ def run_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_lines(layout: lay.Layout) -> list[str]:
+    """``export`` lines for the endpoint variables every command reads as its default."""
+    controllers = ",".join(layout.endpoint(n) for n in layout.of_role(lay.Role.CONTROLLER))
+    lines = [f"export {conventions.BOOTSTRAP_SERVER_ENV}={layout.bootstrap_servers}",
+             f"export {conventions.BOOTSTRAP_CONTROLLER_ENV}={controllers}"]
+    if layout.with_admin:
+        admin = ",".join(layout.endpoint(n) for n in layout.of_role(lay.Role.ADMIN))
+        lines.append(f"export {conventions.ADMIN_ENV}={admin}")
+    return lines
+
+
 def _print_next_steps(layout: lay.Layout, quorum: proc.QuorumView) -> None:
-    controller = layout.of_role(lay.Role.CONTROLLER)[0]
     brokers = layout.of_role(lay.Role.BROKER)
-    broker = layout.endpoint(brokers[0])
     print(f"""
 The cluster is up. Active controller: {quorum.leader_id} (epoch {quorum.epoch}).
   controller.quorum.voters = {layout.voters}
   bootstrap.servers        = {layout.bootstrap_servers}""")
+    if layout.with_admin:
+        print(f"  admin service            = "
+              f"{layout.endpoint(layout.of_role(lay.Role.ADMIN)[0])}")
+    print("\nEvery kraftlog command's default endpoints (a flag overrides them):")
+    for line in export_lines(layout):
+        print(f"  {line}")
     if not layout.with_admin:
         print("\nNo admin service (--no-admin): topics, reassign and leader-election need one.")
         return
-    admin = layout.endpoint(layout.of_role(lay.Role.ADMIN)[0])
-    print(f"  admin service            = {admin}\n\nTry:")
-    if admin != f"127.0.0.1:{lay.DEFAULT_BASE_PORT}":
-        print(f"  export KRAFTLOG_ADMIN={admin}")
     factor = min(2, len(brokers))
     targets = ",".join(str(b.node_id) for b in brokers[-factor:])
-    print(f"""  kraftlog topics create --topic demo --partitions 6 --replication-factor {factor}
-  seq 1 1000 | kraftlog produce --bootstrap-server {broker} --topic demo --acks all
-  kraftlog consume --bootstrap-server {broker} --topic demo --from-beginning --max-messages 10
+    print(f"""
+Then try:
+  kraftlog topics create --topic demo --partitions 6 --replication-factor {factor}
+  seq 1 1000 | kraftlog produce --topic demo --acks all
+  kraftlog consume --topic demo --from-beginning --max-messages 10
   kraftlog reassign generate --topics demo --broker-list {targets} --output json \\
       | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["proposed"]))' > plan.json
   kraftlog reassign execute --reassignment-json-file plan.json --throttle 1000000
   kraftlog reassign verify --reassignment-json-file plan.json --watch
-  kraftlog quorum describe --bootstrap-controller {layout.endpoint(controller)} --status
+  kraftlog quorum describe --status
   kraftlog dev kill {ACTIVE_CONTROLLER}     # then 'quorum describe' again: a new leader
   kraftlog dev status | kraftlog dev logs NODE | kraftlog dev down
 """)
@@ -195,12 +213,15 @@ def _status_rows(layout: lay.Layout) -> list[dict[str, Any]]:
     return rows
 
 
+def status_json(layout: lay.Layout, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"clusterId": layout.cluster_id, "directory": str(layout.directory), "nodes": rows}
+
+
 def run_status(args: argparse.Namespace) -> int:
     layout = proc.existing(_directory(args))
     rows = _status_rows(layout)
     if args.output == "json":
-        print(json.dumps({"clusterId": layout.cluster_id, "directory": str(layout.directory),
-                          "nodes": rows}, indent=2))
+        print(json.dumps(status_json(layout, rows), indent=2))
     else:
         print(f"dev cluster {layout.cluster_id} in {layout.directory}")
         header = ("NODE", "ENDPOINT", "STATE", "PID", "DETAIL")
@@ -209,7 +230,7 @@ def run_status(args: argparse.Namespace) -> int:
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         for row in table:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    return 0 if all(r["state"] == "running" for r in rows) else 3
+    return 0 if all(r["state"] == "running" for r in rows) else EXIT_NODE_STOPPED
 
 
 def run_logs(args: argparse.Namespace) -> int:
@@ -292,8 +313,9 @@ def register(subparsers: Any) -> None:
     status = sub.add_parser("status", help="every node: running?, endpoint, role; exit 3 "
                                            "if any is stopped")
     _add_dir(status)
-    status.add_argument("--output", choices=("table", "json"), default="table")
+    conventions.add_output_option(status)
     status.set_defaults(func=run_status)
+    conventions.declare_exit_codes(status, {EXIT_NODE_STOPPED: "a node is stopped"})
 
     kill = sub.add_parser("kill", help="SIGKILL one node (fault drills)")
     _add_dir(kill)

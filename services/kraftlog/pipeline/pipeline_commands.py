@@ -15,10 +15,11 @@ import argparse
 import os
 from typing import Any
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
 
-ADMIN_ENV = "KRAFTLOG_ADMIN"
+ADMIN_ENV = conventions.ADMIN_ENV
 CLI_MASTER = "local[2]"
 DEFAULT_WINDOW_S = 10.0
 DEFAULT_EXECUTE_TIMEOUT_S = 600.0

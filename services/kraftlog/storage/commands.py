@@ -20,9 +20,10 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
 * ``kraftlog storage random-uuid`` prints a new cluster id.
 * ``kraftlog storage info --data-dir DIR ...`` prints each directory's
   ``meta.properties`` and contents.
-* ``kraftlog log dump PATH ... [--output text|json]`` prints segments, indexes,
-  checkpoints and ``meta.properties``, as kafka-dump-log's lines or as JSON Lines
-  (formatting lives in :mod:`kraftlog.storage.dump`).
+* ``kraftlog log dump PATH ... [--output table|json]`` prints segments, indexes,
+  checkpoints and ``meta.properties``, as kafka-dump-log's lines (``table``; ``text``
+  is its older name) or as JSON Lines with DumpLogSegments' names (formatting lives
+  in :mod:`kraftlog.storage.dump`).
 
 Called by :mod:`kraftlog.cli` through :func:`register`. An edge module: it may
 use the clock (the date comment of ``meta.properties``) and the generated
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.ids import NodeId
 from kraftlog.raft import control_records
@@ -559,7 +561,7 @@ def run_dump(args: argparse.Namespace) -> int:
         raise errors.ConfigError(f"--max-bytes {args.max_bytes}: must be positive")
     options = dump.DumpOptions(print_data_log=args.print_data_log,
                                deep_iteration=args.deep_iteration, max_bytes=args.max_bytes,
-                               output=args.output)
+                               output="json" if args.output == "json" else "text")
     failed = False
     for raw in args.paths:
         path = pathlib.Path(raw)
@@ -637,7 +639,7 @@ def register(subparsers: Any) -> None:
     dmp = log_sub.add_parser(
         "dump", help="print segments, indexes and checkpoints, like kafka-dump-log.sh",
         description="Dump .log/.index/.timeindex files, snapshots, checkpoint files and "
-                    "meta.properties. Exits 1 if any file is corrupt.",
+                    "meta.properties. Exits 1 if any file is corrupt (after dumping the rest).",
     )
     dmp.add_argument("paths", nargs="+", metavar="PATH", help="files, or partition directories")
     dmp.add_argument("--print-data-log", action="store_true",
@@ -645,9 +647,9 @@ def register(subparsers: Any) -> None:
     dmp.add_argument("--deep-iteration", action="store_true", help="print one line per record")
     dmp.add_argument("--max-bytes", type=int, default=dump.MAX_BYTES_DEFAULT,
                      help="read at most this many bytes of each log file")
-    dmp.add_argument("--output", choices=dump.OUTPUT_FORMATS, default="text",
-                     help="text: kafka-dump-log's lines; json: one JSON object per line (per "
-                          "file, batch, record, index or checkpoint entry), with Kafka's field "
-                          "names and a 'type'")
+    conventions.add_output_option(
+        dmp, help_text="table: kafka-dump-log's lines (default; 'text' also works); json: one "
+                       "JSON object per line (per file, batch, record, index or checkpoint "
+                       "entry), with DumpLogSegments' field names and a 'type'")
     dmp.set_defaults(func=run_dump)
 
