@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from quorum_cluster import free_ports
 
 from kraftlog import cli, client
 from kraftlog import cli_conventions as conventions
@@ -30,6 +29,7 @@ from kraftlog.dev import process as dev_process
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.storage import record_batch as rb
 from kraftlog.v1 import admin_pb2, broker_pb2, common_pb2, controller_pb2, raft_pb2
+from tests.quorum_cluster import free_ports
 
 ENDPOINT_VARIABLES = (conventions.BOOTSTRAP_SERVER_ENV, conventions.BOOTSTRAP_CONTROLLER_ENV,
                       conventions.ADMIN_ENV)
