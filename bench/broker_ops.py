@@ -97,7 +97,8 @@ async def measure(batches: int, root: pathlib.Path) -> dict[str, list[float]]:
         answer = (await servicer.Fetch(broker_pb2.FetchRequest.FromString(wire), None)).SerializeToString()
         served = clock()
         response = broker_pb2.FetchResponse.FromString(answer)
-        await fetchers[broker_id]._apply(None, {harness.TP: (state, request)}, response)  # type: ignore[arg-type]
+        asked = {(harness.TP.topic, harness.TP.partition): (harness.TP, (state, request))}
+        await fetchers[broker_id]._apply(None, asked, response)  # type: ignore[arg-type]
         planes[broker_id].dispatch()
         applied = clock()
         kind = "data" if response.responses[0].partitions[0].records else "empty"

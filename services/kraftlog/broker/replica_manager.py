@@ -759,6 +759,9 @@ class ReplicaManager:
                 except OSError as exc:
                     self.handle_storage_error(tp, exc)
                     error, message = ErrorCode.KAFKA_STORAGE_ERROR, f"the log of {tp} failed: {exc}"
+                if error is ErrorCode.NONE:
+                    # Followers in a fetch session hear of a partition only when it changes.
+                    self.log_start_moved(tp)
             statuses[tp] = dr.DeleteRecordsStatus(
                 required_offset=required,
                 response=dr.DeleteRecordsPartitionResponse(error=error, error_message=message))
@@ -919,7 +922,8 @@ class ReplicaManager:
                 self._hw_behind.discard(tp)
 
     def log_start_moved(self, tp: TopicPartition) -> None:
-        """Retention moved ``tp``'s log start offset: followers' sessions must hear of it."""
+        """Retention or DeleteRecords moved ``tp``'s log start offset: followers' sessions
+        must hear of it."""
         self._complete_waiting(tp)
 
     # ================================================================== AlterPartition
