@@ -62,6 +62,7 @@ import pytest
 from google.protobuf import descriptor as pb_descriptor
 from google.protobuf import message as pb_message
 from google.protobuf import message_factory
+from grpc_health.v1 import health_pb2
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -151,7 +152,6 @@ class Fuzzer:
 
     def __init__(self, live: Live) -> None:
         self.live = live
-        self._cache: dict[str, st.SearchStrategy[pb_message.Message]] = {}
 
     # Field values by what the field is called: the fields that matter to the cores.
     def _int_field(self, fd: Any, service: str, method: str) -> st.SearchStrategy[int]:
@@ -399,17 +399,20 @@ def perform(cluster: Cluster, call: Call, seen: Observations) -> None:
                 seen.failures.append(f"{label}: {where} text names server internals: {text!r}")
 
 
+def method_strategies(fuzzer: Fuzzer, cluster: Cluster) -> list[st.SearchStrategy[Call]]:
+    """One strategy per method of every service: well-formed messages to its ports."""
+    return [st.builds(
+        lambda msg, target, s=service, m=mdesc.name: Call(
+            service=s, method=m, target=target, payload=msg.SerializeToString(),
+            kind="message"),
+        fuzzer.message(mdesc.input_type, service, mdesc.name),
+        st.sampled_from(cluster.targets[service]))
+        for service, sdesc in _SERVICES.items() for mdesc in sdesc.methods]
+
+
 def call_strategy(fuzzer: Fuzzer, cluster: Cluster) -> st.SearchStrategy[Call]:
     live = fuzzer.live
-    per_method = []
-    for service, sdesc in _SERVICES.items():
-        for mdesc in sdesc.methods:
-            per_method.append(st.builds(
-                lambda msg, target, s=service, m=mdesc.name: Call(
-                    service=s, method=m, target=target, payload=msg.SerializeToString(),
-                    kind="message"),
-                fuzzer.message(mdesc.input_type, service, mdesc.name),
-                st.sampled_from(cluster.targets[service])))
+    per_method = method_strategies(fuzzer, cluster)
     methods = [(s, m.name) for s, sdesc in _SERVICES.items() for m in sdesc.methods]
     raw = st.builds(lambda sm, target, data: Call(service=sm[0], method=sm[1], target=target,
                                                    payload=data, kind="raw"),
@@ -431,7 +434,8 @@ def call_strategy(fuzzer: Fuzzer, cluster: Cluster) -> st.SearchStrategy[Call]:
     forged = st.builds(lambda c: c, st.deferred(lambda: _forged(live, cluster)))
     health = st.builds(lambda target, name: Call(
         service="health", method="Check", target=target,
-        payload=_health_request(name), kind="message"),
+        payload=health_pb2.HealthCheckRequest(service=name).SerializeToString(),
+        kind="message"),
         st.sampled_from(cluster.targets["health"]), st.text(max_size=40))
     # About 60% well-formed messages of every method, 10% each of the rest (a flat one_of
     # would weigh each of the ~50 methods like each of the other kinds).
@@ -440,23 +444,6 @@ def call_strategy(fuzzer: Fuzzer, cluster: Cluster) -> st.SearchStrategy[Call]:
         "health": health}
     return st.sampled_from(["message"] * 6 + ["raw", "replay", "forged", "health"]).flatmap(
         kinds.__getitem__)
-
-
-def _health_request(service_name: str) -> bytes:
-    encoded = service_name.encode()
-    return (b"\x0a" + _varint(len(encoded)) + encoded) if encoded else b""
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _forged(live: Live, cluster: Cluster) -> st.SearchStrategy[Call]:
@@ -616,10 +603,7 @@ def test_every_rpc_fuzzed_against_a_live_cluster(tmp_path: Any) -> None:
         deadline = time.monotonic() + FUZZ_SECONDS
         rng = random.Random()
 
-        @settings(max_examples=150, deadline=None, database=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck), derandomize=False)
-        @given(call=strategy)
-        def one(call: Call) -> None:
+        def check(call: Call) -> None:
             if time.monotonic() >= deadline:
                 return
             perform(cluster, call, seen)
@@ -629,6 +613,16 @@ def test_every_rpc_fuzzed_against_a_live_cluster(tmp_path: Any) -> None:
             dead = [name for name, pid in pids.items() if not _alive(pid)]
             assert not dead, f"{dead} exited after {call}"
 
+        def runner(calls: st.SearchStrategy[Call], examples: int) -> Callable[[], None]:
+            return settings(max_examples=examples, deadline=None, database=None,
+                            phases=[Phase.generate], suppress_health_check=list(HealthCheck),
+                            derandomize=False)(given(call=calls)(check))
+
+        # First every method a few times (a random mix may miss one in a short run), then
+        # the mix of every kind of call until the time is up.
+        for per_method in method_strategies(fuzzer, cluster):
+            runner(per_method, 4)()
+        one = runner(strategy, 150)
         while time.monotonic() < deadline:
             one()
             with contextlib.suppress(Exception):
