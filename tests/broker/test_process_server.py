@@ -85,7 +85,9 @@ def produce_request(values: list[bytes], *, acks: int = -1,
 def fetch_request(offset: int, *, replica_id: int = -1, max_wait_ms: int = 0,
                   topic: str = TP.topic) -> broker_pb2.FetchRequest:
     return broker_pb2.FetchRequest(
-        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+        # image_with registers broker b with broker epoch b (KIP-903: a replica names it).
+        replica_id=replica_id, replica_epoch=replica_id, max_wait_ms=max_wait_ms, min_bytes=1,
+        max_bytes=1 << 20,
         topics=[broker_pb2.FetchRequest.FetchTopic(topic=topic, partitions=[
             broker_pb2.FetchRequest.FetchPartition(
                 partition=0, current_leader_epoch=-1, fetch_offset=offset,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kraftlog import errors
+from kraftlog import errors, rpc
 from kraftlog.dev import layout as lay
 from kraftlog.storage import atomic_file
 from kraftlog.storage import uuid as kuuid
@@ -236,7 +236,7 @@ def describe_quorum(layout: lay.Layout) -> QuorumView | None:
     """The quorum as its leader describes it, None while no live controller leads."""
     for node in layout.of_role(lay.Role.CONTROLLER):
         try:
-            with grpc.insecure_channel(layout.endpoint(node)) as channel:
+            with rpc.sync_channel(layout.endpoint(node)) as channel:
                 answer = raft_pb2_grpc.RaftServiceStub(channel).DescribeQuorum(
                     raft_pb2.DescribeQuorumRequest(), timeout=PROBE_TIMEOUT_S)
         except grpc.RpcError:
@@ -252,7 +252,7 @@ def describe_quorum(layout: lay.Layout) -> QuorumView | None:
 def serving(layout: lay.Layout, node: lay.Node) -> bool:
     """True if ``node``'s role service answers SERVING on its health service."""
     try:
-        with grpc.insecure_channel(layout.endpoint(node)) as channel:
+        with rpc.sync_channel(layout.endpoint(node)) as channel:
             answer = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=HEALTH_SERVICE[node.role]),
                 timeout=PROBE_TIMEOUT_S)
