@@ -60,6 +60,12 @@ def current_peer() -> principal.Peer | None:
     return _current_peer.get()
 
 
+def set_current_peer(peer: principal.Peer | None) -> contextvars.Token[principal.Peer | None]:
+    """Make ``peer`` the caller for the code that runs next in this context (the
+    interceptor does it per call, in the call's own task; tests, to play a caller)."""
+    return _current_peer.set(peer)
+
+
 # -- PEM material ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -320,7 +326,7 @@ async def _admit(context: Any, mapper: principal.PrincipalMapper, method: str) -
         await context.abort(grpc.StatusCode.UNAUTHENTICATED,
                             f"{method}: no verified client certificate whose subject "
                             "ssl.principal.mapping.rules maps to a principal")
-    _current_peer.set(peer)
+    set_current_peer(peer)
 
 
 def _authenticated(handler: grpc.RpcMethodHandler, mapper: principal.PrincipalMapper,
