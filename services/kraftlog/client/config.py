@@ -252,7 +252,7 @@ def check_security(security: Sequence[tuple[str, str]]) -> None:
     """Refuse bad ``security.protocol`` / ``ssl.*`` settings before any I/O."""
     get = security_config.mapping_lookup(dict(security))
     if security_config.client_protocol(get) is security_config.Protocol.SSL:
-        security_config.client_ssl(get, what="security.protocol=SSL")
+        security_config.client_ssl(get, what="security.protocol")
 
 
 def _keywords(cls: type[Any], properties: Mapping[str, Any]) -> dict[str, Any]:
