@@ -213,8 +213,10 @@ class Layout:
     def _security_lines(self, node: Node) -> list[str]:
         if self.security == "none":
             return []
-        return ["listener.security.protocol.map=CONTROLLER:SSL,SSL:SSL,ADMIN:SSL",
-                "inter.broker.listener.name=SSL",
+        lines = ["listener.security.protocol.map=CONTROLLER:SSL,SSL:SSL,ADMIN:SSL"]
+        if node.role is not Role.CONTROLLER:  # a controller dials controllers only
+            lines.append("inter.broker.listener.name=SSL")
+        return [*lines,
                 f"ssl.keystore.location={self.keystore_path(node.name)}",
                 f"ssl.truststore.location={self.truststore_path}",
                 "ssl.client.auth=required"]
