@@ -40,8 +40,8 @@ Fetch or FetchSnapshot answer of ``fetch_max_bytes`` plus one oversized batch
 fits. Channels and the server come from :mod:`kraftlog.rpc` (TLS when configured); with
 mTLS on, a Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch or FetchSnapshot that names voter
 N is answered only for voter N's own certificate (``kraftlog.security.controller.principal``,
-default CN ``controller-N``): any other caller gets ``PERMISSION_DENIED`` and the core never
-sees the request. Observers (brokers) may fetch under ids that are not voters.
+default CN ``controller-N``): any other caller gets CLUSTER_AUTHORIZATION_FAILED in the
+response and the core never sees the request. Observers (brokers) may fetch under ids that are not voters.
 """
 
 from __future__ import annotations
