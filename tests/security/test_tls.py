@@ -181,3 +181,27 @@ def test_unreadable_or_incomplete_stores_refuse_to_start(tmp_path: pathlib.Path)
     get = sc.mapping_lookup({"ssl.keystore.location": str(tmp_path / "missing.pem")})
     with pytest.raises(ConfigError, match=r"missing\.pem"):
         tls.ServerTls(sc.server_ssl(get, listener="T"), listener="T")
+
+
+def test_channels_dial_with_the_process_default_when_a_caller_names_none(
+        tmp_path: pathlib.Path) -> None:
+    """What an entry point (or --command-config) sets once is what every channel of the
+    process uses: the raft peers, the broker's controller client, the admin client."""
+    async def scenario() -> list[grpc.StatusCode]:
+        server, port = await serve(server_tls(tmp_path))
+        codes = []
+        try:
+            for default in (None, client(CA.issue("controller-2"))):
+                rpc.configure_client(default)
+                async with rpc.aio_channel(f"127.0.0.1:{port}") as channel:
+                    try:
+                        await health_pb2_grpc.HealthStub(channel).Check(
+                            health_pb2.HealthCheckRequest(service=""), timeout=5)
+                        codes.append(grpc.StatusCode.OK)
+                    except grpc.aio.AioRpcError as exc:
+                        codes.append(exc.code())
+        finally:
+            rpc.configure_client(None)
+            await server.stop(0)
+        return codes
+    assert asyncio.run(scenario()) == [grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK]
