@@ -79,7 +79,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from dev_cluster import DevCluster  # noqa: E402
 
 from kraftlog import cli as kraftlog_cli  # noqa: E402
-from kraftlog import client  # noqa: E402
+from kraftlog import client, rpc  # noqa: E402
 from kraftlog.dev import process as dev_process  # noqa: E402
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc  # noqa: E402
 
@@ -223,7 +223,7 @@ def create_topic(controllers: Sequence[str], name: str, partitions: int,
                 name="min.insync.replicas", value="2")])], timeout_ms=5000)
     for target in controllers:
         try:
-            with grpc.insecure_channel(target) as channel:
+            with rpc.sync_channel(target) as channel:  # TLS when the process is set to
                 answer = controller_pb2_grpc.ControllerServiceStub(channel).CreateTopics(
                     request, timeout=5)
         except grpc.RpcError:

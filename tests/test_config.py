@@ -8,6 +8,7 @@ import pytest
 
 from kraftlog import config
 from kraftlog.errors import ConfigError
+from kraftlog.security import config as security_config
 
 DEFINITION = config.ConfigDef(
     [
@@ -93,13 +94,15 @@ def test_typed_getters_refuse_the_wrong_type() -> None:
 
 @pytest.mark.parametrize(("value", "message"), [
     ("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", None),
-    ("PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL", "listener SECURE asks for SASL_SSL; only PLAINTEXT"),
+    ("PLAINTEXT:PLAINTEXT,CONTROLLER:SSL", None),
+    ("PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL", "listener SECURE asks for SASL_SSL; SASL is not "
+                                           "supported yet"),
     ("PLAINTEXT", "entry 'PLAINTEXT' is not NAME:PROTOCOL"),
 ])
-def test_security_protocol_map_serves_plaintext_only(value: str, message: str | None) -> None:
+def test_security_protocol_map_serves_plaintext_and_ssl(value: str, message: str | None) -> None:
     definition = config.ConfigDef([config.ConfigKey(
         name="listener.security.protocol.map", type=config.ConfigType.LIST, default=None,
-        doc="map", validator=config.security_protocol_map("PLAINTEXT"))])
+        doc="map", validator=security_config.protocol_map_validator)])
     load = lambda: config.load(definition, None, [f"listener.security.protocol.map={value}"])  # noqa: E731
     if message is None:
         assert load().get_list("listener.security.protocol.map") == value.split(",")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from kraftlog import __version__, errors
 from kraftlog import cli_conventions as conventions
+from kraftlog import config as kconfig
 
 # Rooms that contribute subcommands, in help order, with the commands each adds. Only
 # the module of the command being run is imported (a CLI call should not pay for
@@ -65,9 +67,39 @@ def build_parser(argv: Sequence[str] | None = None, *, every_command: bool = Fal
     for name in list(_COMMAND_MODULES) if every_command else _modules_for(argv):
         importlib.import_module(name).register(sub)
     for each in walk_parsers(parser):
+        _add_command_config(each)
         epilog = conventions.exit_codes_epilog(each)
         each.epilog = f"{each.epilog}\n\n{epilog}" if each.epilog else epilog
     return parser
+
+
+_CLIENT_FLAGS = frozenset({"--bootstrap-server", "--bootstrap-controller", "--admin"})
+
+
+def _add_command_config(parser: argparse.ArgumentParser) -> None:
+    """``--command-config FILE`` on every tool that dials the cluster (kafka-topics.sh's):
+    a Kafka client properties file whose ``security.protocol`` and ``ssl.*`` settings
+    every channel of the command uses. Servers (``--config FILE --override K=V``) take
+    their own settings from their properties."""
+    flags = set(parser._option_string_actions)
+    if flags & _CLIENT_FLAGS and "--override" not in flags and "--command-config" not in flags:
+        parser.add_argument("--command-config", default=None, metavar="FILE",
+                            help="client properties (security.protocol=SSL, "
+                                 "ssl.truststore.location, ssl.keystore.location, ...); "
+                                 f"default ${conventions.COMMAND_CONFIG_ENV}")
+
+
+def _apply_command_config(args: argparse.Namespace) -> None:
+    path = getattr(args, "command_config", None)
+    if path is None and hasattr(args, "command_config"):
+        path = os.environ.get(conventions.COMMAND_CONFIG_ENV) or None
+    if path:
+        # Imported here: a command without the flag (storage format) need not load grpc.
+        from kraftlog import rpc
+        from kraftlog.security import tls
+        values, _sources = kconfig.load_properties(path)
+        rpc.configure_client(tls.client_tls_from_properties(
+            values, what=f"--command-config {path}"))
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Any] | None:
@@ -105,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Print the usage of the subcommand the flag was given to (exits 2).
         chosen_parser(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
+        _apply_command_config(args)
         code: int = args.func(args)
     except errors.KraftlogError as exc:
         print(f"kraftlog: error: {exc}", file=sys.stderr)

@@ -48,6 +48,9 @@ BOOTSTRAP_CONTROLLER_ENV = "KRAFTLOG_BOOTSTRAP_CONTROLLER"
 """Controllers, ``HOST:PORT[,...]``: ``quorum describe``."""
 ADMIN_ENV = "KRAFTLOG_ADMIN"
 """``kraftlog admin`` services, ``HOST:PORT[,...]``: the admin commands."""
+COMMAND_CONFIG_ENV = "KRAFTLOG_COMMAND_CONFIG"
+"""Default of ``--command-config``: a client properties file (``security.protocol``,
+``ssl.*``) every tool that dials the cluster uses."""
 
 OUTPUT_FORMATS = ("table", "json")
 OUTPUT_ALIASES: Mapping[str, str] = {"text": "table"}

@@ -92,22 +92,6 @@ def one_of(*allowed: str) -> Validator:
     return check
 
 
-def security_protocol_map(*supported: str) -> Validator:
-    """``listener.security.protocol.map``: ``NAME:PROTOCOL`` entries whose protocols are
-    among ``supported`` (kraftlog serves PLAINTEXT only: an SSL or SASL listener asked for
-    is refused at startup rather than silently served in the clear)."""
-    def check(key: str, value: ConfigValue) -> None:
-        for entry in value if isinstance(value, list) else [value]:
-            name, sep, protocol = str(entry).partition(":")
-            if not sep or not name or not protocol:
-                raise ConfigError(f"{key}: entry {entry!r} is not NAME:PROTOCOL")
-            if protocol not in supported:
-                raise ConfigError(f"{key}: listener {name} asks for {protocol}; only "
-                                  f"{', '.join(supported)} is supported")
-
-    return check
-
-
 def _convert(key: ConfigKey, raw: str, source: Source) -> ConfigValue:
     text = raw.strip()
     try:

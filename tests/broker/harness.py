@@ -219,3 +219,16 @@ class Metadata:
         self.image = delta.apply()
         return delta, self.image
 
+
+
+def registered_brokers(*broker_ids: int) -> im.MetadataImage:
+    """An image where each of ``broker_ids`` is registered and unfenced, with broker epoch
+    equal to its id (a replica Fetch must name it: KIP-903)."""
+    delta = dl.MetadataDelta(im.EMPTY)
+    for offset, broker_id in enumerate(broker_ids):
+        delta.replay(r.RegisterBrokerRecord(
+            broker_id=broker_id, incarnation_id=Uuid(bytes([broker_id]) * 16),
+            broker_epoch=broker_id, endpoints=(r.Endpoint(
+                listener_name="PLAINTEXT", host="127.0.0.1", port=9000 + broker_id),),
+            fenced=False), offset, 1)
+    return delta.apply()

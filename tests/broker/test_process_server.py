@@ -85,7 +85,9 @@ def produce_request(values: list[bytes], *, acks: int = -1,
 def fetch_request(offset: int, *, replica_id: int = -1, max_wait_ms: int = 0,
                   topic: str = TP.topic) -> broker_pb2.FetchRequest:
     return broker_pb2.FetchRequest(
-        replica_id=replica_id, max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20,
+        # image_with registers broker b with broker epoch b (KIP-903: a replica names it).
+        replica_id=replica_id, replica_epoch=replica_id, max_wait_ms=max_wait_ms, min_bytes=1,
+        max_bytes=1 << 20,
         topics=[broker_pb2.FetchRequest.FetchTopic(topic=topic, partitions=[
             broker_pb2.FetchRequest.FetchPartition(
                 partition=0, current_leader_epoch=-1, fetch_offset=offset,
@@ -121,6 +123,43 @@ def test_acks_all_produce_answers_once_the_follower_fetched_past_it(tmp_path: pa
     part = answer.responses[0].partition_responses[0]
     assert part.error.code == common_pb2.NONE and part.base_offset == 0
     assert broker.partition.high_watermark == 2
+
+
+def test_a_replica_fetch_without_the_registered_broker_epoch_acknowledges_nothing(
+        tmp_path: pathlib.Path) -> None:
+    """KIP-903, security off: a Fetch naming replica 2 with broker epoch -1 or a stale one
+    (broker 2 registered with epoch 2) is refused whole, so it moves neither the follower's
+    state nor the high watermark: a forged fetch cannot acknowledge an acks=all produce."""
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+
+    def forged(offset: int, epoch: int) -> broker_pb2.FetchRequest:
+        request = fetch_request(offset, replica_id=2)
+        request.replica_epoch = epoch
+        return request
+
+    async def scenario() -> list[Any]:
+        broker.data.start()
+        try:
+            pending = asyncio.ensure_future(broker.servicer.Produce(produce_request([b"a", b"b"]),
+                                                                    None))
+            await asyncio.sleep(0.05)
+            answers = [await broker.servicer.Fetch(forged(offset, epoch), None)
+                       for offset, epoch in ((0, -1), (2, -1), (2, 1), (2, 3))]
+            await asyncio.sleep(0.05)
+            assert not pending.done(), "a forged fetch acknowledged the produce"
+            assert broker.partition.high_watermark == 0
+            await broker.servicer.Fetch(fetch_request(2, replica_id=2), None)  # the real one
+            produced = await pending
+            assert produced.responses[0].partition_responses[0].error.code == common_pb2.NONE
+            return answers
+        finally:
+            await broker.data.stop()
+
+    answers = run(scenario())
+    assert [a.error.code for a in answers] == [common_pb2.STALE_BROKER_EPOCH] * 4
+    assert all(not a.responses for a in answers)
+    unregistered = run(broker.servicer.Fetch(fetch_request(0, replica_id=9), None))
+    assert unregistered.error.code == common_pb2.BROKER_ID_NOT_REGISTERED
 
 
 def test_acks_all_is_refused_when_the_isr_is_below_min_insync_replicas(

@@ -16,10 +16,10 @@ from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
-from kraftlog.metadata import image as im
 from kraftlog.raft import transport
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2
+from tests.broker import harness
 from tests.broker.harness import T0, TOPIC_ID, TP, Cluster, batch, open_partition
 
 VALUE = b"x" * 4000  # one ~4 KB batch per produce
@@ -168,10 +168,12 @@ def test_follower_fetcher_leaves_throttled_partitions_out_while_over_quota(
                                 rate_bytes_per_s=1)
     quota.mark_throttled(TP.topic, rq.parse_throttled_replicas("0:2", 2))
 
+    registered = harness.registered_brokers(1, 2)
+
     async def scenario() -> tuple[int, int, int, int]:
         leader_data, follower_data = server.DataPlane(leader), server.DataPlane(follower)
         quota.record(1_000_000, follower_data.now_ms())
-        servicer = server.BrokerServicer(leader_data, broker_id=1, cluster_id="c", image=lambda: im.EMPTY,
+        servicer = server.BrokerServicer(leader_data, broker_id=1, cluster_id="c", image=lambda: registered,
                                          controller_id=lambda: 3, listener_name="PLAINTEXT")
         grpc_server = grpc.aio.server(options=transport.server_options())
         server.add_to_server(servicer, grpc_server)

@@ -28,6 +28,7 @@ from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as mr
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
+from kraftlog.security import principal, tls
 from kraftlog.v1 import common_pb2, controller_pb2
 from tests import proto_fuzz
 
@@ -207,5 +208,38 @@ def test_refused_requests_write_nothing() -> None:
                 broker_id=broker, broker_epoch=cluster.epochs[broker],
                 current_metadata_offset=10**9))
             assert answer.error.code == common_pb2.NONE and not answer.is_fenced
+
+    run(scenario)
+
+
+def test_broker_rpcs_naming_another_broker_are_refused_with_mtls() -> None:
+    """With mTLS, a heartbeat, registration, AlterPartition or producer-id allocation
+    naming broker N from a certificate that is not broker N's writes nothing; broker N's
+    own certificate still gets through."""
+    def peer(name: str) -> principal.Peer:
+        return principal.Peer(subject=f"CN={name},O=kraftlog", common_name=name,
+                              principal=f"User:CN={name},O=kraftlog")
+
+    async def scenario(cluster: Cluster) -> None:
+        guarded = server.ControllerServicer(
+            cluster.controller, cluster_id=CLUSTER_ID, endpoint_of=lambda n: f"h{n}:9093",
+            broker_identity=principal.NodePrincipal.parse("CN:broker-{id}", key="k"))
+        broker = BROKERS[0]
+        heartbeat = controller_pb2.BrokerHeartbeatRequest(
+            broker_id=broker, broker_epoch=cluster.epochs[broker],
+            current_metadata_offset=10**9, want_shut_down=True)
+        requests = (("BrokerHeartbeat", heartbeat), ("BrokerRegistration", registration(broker)),
+                    ("AlterPartition", controller_pb2.AlterPartitionRequest(broker_id=broker)),
+                    ("AllocateProducerIds",
+                     controller_pb2.AllocateProducerIdsRequest(broker_id=broker)))
+        tls.set_current_peer(peer(f"broker-{BROKERS[1]}"))
+        before = cluster.written()
+        for rpc, request in requests:
+            answer = await getattr(guarded, rpc)(request, proto_fuzz.FakeContext(5.0))
+            assert answer.error.code == common_pb2.CLUSTER_AUTHORIZATION_FAILED, (rpc, answer)
+        assert cluster.written() == before
+        tls.set_current_peer(peer(f"broker-{broker}"))
+        answer = await guarded.BrokerHeartbeat(heartbeat, proto_fuzz.FakeContext(5.0))
+        assert answer.error.code == common_pb2.NONE
 
     run(scenario)

@@ -17,6 +17,7 @@ from kraftlog.broker import process as broker_process
 from kraftlog.dev import layout as lay
 from kraftlog.dev import process as dev_process
 from kraftlog.raft import commands as raft_commands
+from kraftlog.security import tls
 
 
 def make(tmp_path: pathlib.Path, **kwargs: object) -> lay.Layout:
@@ -71,6 +72,37 @@ def test_written_configs_parse_with_no_unused_keys(tmp_path: pathlib.Path) -> No
     one_broker = make(tmp_path, brokers=1)
     text = one_broker.config_text(one_broker.of_role(lay.Role.CONTROLLER)[0])
     assert "default.replication.factor=1" in text and "min.insync.replicas=1" in text
+
+
+def test_mtls_layout_writes_certificates_and_configs_every_role_can_serve(
+        tmp_path: pathlib.Path) -> None:
+    layout = dev_process.create_or_load(tmp_path / "c", controllers=1, brokers=1,
+                                        base_port=None, with_admin=True, security="mtls")
+    assert lay.load(layout.directory) == layout and layout.security == "mtls"
+    assert oct(layout.keystore_path("broker-101").stat().st_mode & 0o777) == "0o600"
+    for node, definition in ((layout.of_role(lay.Role.CONTROLLER)[0],
+                              raft_commands.CONTROLLER_CONFIG),
+                             (layout.of_role(lay.Role.BROKER)[0], broker_process.BROKER_CONFIG),
+                             (layout.of_role(lay.Role.ADMIN)[0], admin_commands.ADMIN_CONFIG)):
+        raw, sources = kconfig.parse_properties(layout.config_text(node))
+        cfg = definition.parse(raw, sources=sources)
+        assert cfg.unused() == (), node
+        listener = raw["listeners"].partition("://")[0]
+        served = tls.listener_tls(cfg, listener)
+        assert served is not None and served.authenticates, node
+    values, _ = kconfig.load_properties(layout.client_properties_path)
+    assert values["security.protocol"] == "SSL"
+    assert tls.client_tls_from_properties(values, what="t") is not None
+    # Resuming keeps the CA; another --security is a different cluster.
+    before = layout.truststore_path.read_bytes()
+    dev_process.create_or_load(layout.directory, controllers=None, brokers=None,
+                               base_port=None, with_admin=True)
+    assert layout.truststore_path.read_bytes() == before
+    with pytest.raises(errors.ConfigError, match="created with --security mtls"):
+        dev_process.create_or_load(layout.directory, controllers=None, brokers=None,
+                                   base_port=None, with_admin=True, security="none")
+    with pytest.raises(errors.ConfigError, match="--security must be one of"):
+        lay.Layout(directory=tmp_path, cluster_id="x", security="tls")
 
 
 def test_cluster_json_round_trip_and_errors(tmp_path: pathlib.Path) -> None:

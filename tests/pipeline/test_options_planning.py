@@ -100,6 +100,23 @@ def test_write_options() -> None:
         parse_write_options({**B, "checkpointLocation": "/tmp/cp"})
 
 
+def test_security_options_reach_the_clients_and_are_checked_first() -> None:
+    ssl = {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.location": "/ca.pem",
+           "kafka.ssl.keystore.location": "/me.pem"}
+    read = parse_read_options({**B, "topic": "t", **ssl}, streaming=False)
+    assert dict(read.security) == {"security.protocol": "SSL",
+                                   "ssl.truststore.location": "/ca.pem",
+                                   "ssl.keystore.location": "/me.pem"}
+    write = parse_write_options({**B, "topic": "t", **ssl})
+    assert write.producer_properties["security.protocol"] == "SSL"
+    for parse in (lambda o: parse_read_options(o, streaming=False), parse_write_options):
+        with pytest.raises(OptionError, match=r"^kafka\.security\.protocol is SSL but no "
+                                              r"truststore"):
+            parse({**B, "topic": "t", "kafka.security.protocol": "SSL"})
+        with pytest.raises(OptionError, match=r"^kafka\.security\.protocol=SASL_SSL"):
+            parse({**B, "topic": "t", "kafka.security.protocol": "SASL_SSL"})
+
+
 def test_plan_ranges_splits_by_max_records() -> None:
     start = {tp("t", 0): 0, tp("t", 1): 5, tp("t", 2): 9}
     end = {tp("t", 0): 25, tp("t", 1): 5, tp("t", 2): 10}

@@ -40,10 +40,9 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
-from kraftlog import errors
+from kraftlog import errors, rpc
 from kraftlog.admin import topic_health
 from kraftlog.error_codes import ErrorCode
-from kraftlog.raft import transport
 from kraftlog.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, common_pb2, controller_pb2, raft_pb2
 
 DEFAULT_ADMIN = "127.0.0.1:19090"
@@ -355,8 +354,7 @@ class AdminClient:
     def _stub(self, target: str) -> admin_pb2_grpc.AdminServiceStub:
         stub = self._stubs.get(target)
         if stub is None:
-            channel = grpc.aio.insecure_channel(
-                target, options=transport.channel_options(retry_backoff_ms=100))
+            channel = rpc.aio_channel(target, options=rpc.channel_options(retry_backoff_ms=100))
             self._channels.append(channel)
             stub = self._stubs[target] = admin_pb2_grpc.AdminServiceStub(channel)
         return stub

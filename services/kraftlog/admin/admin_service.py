@@ -54,10 +54,9 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 
-from kraftlog import rpc_guard
+from kraftlog import rpc, rpc_guard
 from kraftlog.admin import quorum_history, topic_health
 from kraftlog.error_codes import ErrorCode
-from kraftlog.raft import transport
 from kraftlog.storage import batch_header as bh
 from kraftlog.v1 import (
     admin_pb2,
@@ -167,9 +166,9 @@ class ClusterLocator:
     def channel(self, target: str) -> grpc.aio.Channel:
         channel = self._channels.get(target)
         if channel is None:
-            channel = grpc.aio.insecure_channel(target, options=transport.channel_options(
+            channel = rpc.aio_channel(target, options=rpc.channel_options(
                 retry_backoff_ms=self.settings.retry_backoff_ms, max_reconnect_backoff_ms=500),
-                interceptors=self._interceptors or None)
+                interceptors=self._interceptors)
             self._channels[target] = channel
         return channel
 

@@ -37,7 +37,7 @@ import grpc
 import grpc.aio
 
 from kraftlog import cli_conventions as conventions
-from kraftlog import errors
+from kraftlog import errors, rpc
 from kraftlog.admin import quorum_history
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft import transport
@@ -100,7 +100,7 @@ async def _describe_cluster(target: str, timeout_s: float,
                             ) -> controller_pb2.DescribeClusterResponse | None:
     """``target``'s ControllerService answer: the cluster id on the active controller, the
     active controller's id and endpoint (a NOT_CONTROLLER hint) elsewhere."""
-    async with grpc.aio.insecure_channel(target) as channel:
+    async with rpc.aio_channel(target) as channel:
         stub = controller_pb2_grpc.ControllerServiceStub(channel)
         try:
             answer: controller_pb2.DescribeClusterResponse = await stub.DescribeCluster(

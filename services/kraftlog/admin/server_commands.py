@@ -32,13 +32,12 @@ import os
 import signal
 from typing import Any
 
-import grpc.aio
-
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server, rpc_guard
+from kraftlog import errors, health_server, rpc, rpc_guard
 from kraftlog.admin import admin_service, quorum_commands
-from kraftlog.raft import transport
 from kraftlog.raft.raft_config import parse_voters
+from kraftlog.security import config as security_config
+from kraftlog.security import tls
 from kraftlog.telemetry import admin_metrics, grpc_tracing, metrics, tracing
 from kraftlog.telemetry import logging as log_setup
 from kraftlog.v1 import admin_pb2
@@ -62,6 +61,15 @@ ADMIN_CONFIG = kconfig.ConfigDef([
                           "controller.quorum.bootstrap.servers)"),
     kconfig.ConfigKey(name="listeners", type=_L, default=[DEFAULT_LISTENER],
                       doc="NAME://host:port,...; the first is served"),
+    kconfig.ConfigKey(name="listener.security.protocol.map", type=_L, default=None,
+                      validator=security_config.protocol_map_validator,
+                      doc="NAME:PROTOCOL,...: the served listener's protocol, and those of "
+                          "the controller and broker listeners it dials"),
+    kconfig.ConfigKey(name="controller.listener.names", type=_L, default=["CONTROLLER"],
+                      doc="the controllers' listener (its protocol: how controllers are dialed)"),
+    kconfig.ConfigKey(name="inter.broker.listener.name", type=_S, default="PLAINTEXT",
+                      doc="the brokers' listener (its protocol: how brokers are dialed)"),
+    *security_config.SERVER_CONFIG_KEYS,
     kconfig.ConfigKey(name="request.timeout.ms", type=_I, default=_DEFAULTS.request_timeout_ms,
                       validator=kconfig.at_least(1),
                       doc="ms one attempt against one controller or broker may take"),
@@ -116,12 +124,14 @@ def listen_address(cfg: kconfig.Config) -> str:
 
 
 async def serve(settings: admin_service.AdminSettings, listen: str, *,
-                metrics_port: int = 0, metrics_host: str = "0.0.0.0") -> int:
+                metrics_port: int = 0, metrics_host: str = "0.0.0.0",
+                server_tls: tls.ServerTls | None = None) -> int:
     tracer = tracing.setup_tracing(role="admin", node_id=None)
     registry = metrics.MetricsRegistry()
     try:
         return await _serve(settings, listen, tracer=tracer, registry=registry,
-                            metrics_port=metrics_port, metrics_host=metrics_host)
+                            metrics_port=metrics_port, metrics_host=metrics_host,
+                            server_tls=server_tls)
     finally:
         registry.close()
         tracer.shutdown()  # flushes the spans still buffered
@@ -129,7 +139,8 @@ async def serve(settings: admin_service.AdminSettings, listen: str, *,
 
 async def _serve(settings: admin_service.AdminSettings, listen: str, *,
                  tracer: tracing.Tracing, registry: metrics.MetricsRegistry,
-                 metrics_port: int, metrics_host: str) -> int:
+                 metrics_port: int, metrics_host: str,
+                 server_tls: tls.ServerTls | None = None) -> int:
     locator = admin_service.ClusterLocator(
         settings, interceptors=grpc_tracing.client_interceptors(tracer.tracer)
         if tracer.enabled else ())
@@ -142,17 +153,13 @@ async def _serve(settings: admin_service.AdminSettings, listen: str, *,
             raise errors.ConfigError(f"cannot serve metrics on {metrics_host}:{metrics_port}: "
                                      f"{exc}") from None
     servicer = admin_service.AdminServicer(locator)
-    server: Any = grpc.aio.server(options=transport.server_options(), interceptors=[
+    server: Any = rpc.create_server(interceptors=[
         grpc_tracing.DataPathInterceptor(tracer.tracer if tracer.enabled else None,
-                                         sink.observe_request, methods=ADMIN_METHODS)])
+                                         sink.observe_request, methods=ADMIN_METHODS)],
+        server_tls=server_tls)
     admin_service.add_to_server(servicer, server)
     health = health_server.ServerHealth(server, service=ADMIN_SERVICE_NAME)
-    try:
-        port = server.add_insecure_port(listen)
-    except RuntimeError as exc:
-        raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
-    if port == 0:
-        raise errors.ConfigError(f"cannot listen on {listen}")
+    rpc.bind(server, listen, server_tls=server_tls)
     await server.start()
     await health.start(serving=True)  # stateless: ready as soon as it listens
     logger.info("event=started role=admin listener=%s controllers=%s pid=%s", listen,
@@ -183,9 +190,16 @@ def run_admin(args: argparse.Namespace) -> int:
     for key in cfg.unused():
         logger.warning("event=unused_config key=%s", key)
     settings = admin_settings(cfg)
-    return asyncio.run(serve(settings, listen_address(cfg),
+    listen = listen_address(cfg)  # ConfigError for an empty or malformed listeners
+    listener_name = cfg.get_list("listeners")[0].partition("://")[0]
+    server_tls = tls.listener_tls(cfg, listener_name)
+    rpc.configure_client(tls.node_client_tls(cfg, [
+        (cfg.get_list("controller.listener.names") or ["CONTROLLER"])[0],
+        cfg.get_str("inter.broker.listener.name")]))
+    return asyncio.run(serve(settings, listen,
                              metrics_port=cfg.get_int("kraftlog.metrics.port"),
-                             metrics_host=cfg.get_str("kraftlog.metrics.host")))
+                             metrics_host=cfg.get_str("kraftlog.metrics.host"),
+                             server_tls=server_tls))
 
 
 def register(subparsers: Any) -> None:

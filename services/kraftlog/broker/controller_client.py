@@ -39,10 +39,9 @@ from typing import Any
 
 import grpc
 
-from kraftlog import errors
+from kraftlog import errors, rpc
 from kraftlog.broker import producer_ids, server
 from kraftlog.error_codes import ErrorCode
-from kraftlog.raft import transport
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
@@ -69,8 +68,8 @@ class ControllerClient:
     def _stub(self, node_id: int) -> controller_pb2_grpc.ControllerServiceStub:
         channel = self._channels.get(node_id)
         if channel is None:
-            channel = self._channels[node_id] = grpc.aio.insecure_channel(
-                self.voters[node_id], options=transport.channel_options(retry_backoff_ms=50))
+            channel = self._channels[node_id] = rpc.aio_channel(
+                self.voters[node_id], options=rpc.channel_options(retry_backoff_ms=50))
         return controller_pb2_grpc.ControllerServiceStub(channel)
 
     def _target(self) -> int:

@@ -38,6 +38,7 @@ from typing import Any
 
 import grpc
 
+from kraftlog import rpc
 from kraftlog.broker import fetch_session, server
 from kraftlog.broker import follower as follower_mod
 from kraftlog.broker import partition as partition_mod
@@ -46,7 +47,6 @@ from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
-from kraftlog.raft import transport
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc
 
@@ -192,7 +192,7 @@ class ReplicaFetcher:
         if self._channel is None or target != self._channel_target:
             if self._channel is not None:
                 await self._channel.close()
-            self._channel = grpc.aio.insecure_channel(target, options=transport.channel_options(
+            self._channel = rpc.aio_channel(target, options=rpc.channel_options(
                 retry_backoff_ms=self.config.fetch_backoff_ms))
             self._channel_target = target
             self._stub_of_channel = None

@@ -76,7 +76,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server, malloc_tuning, rpc_guard
+from kraftlog import errors, health_server, malloc_tuning, rpc, rpc_guard
 from kraftlog.admin import admin_service
 from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
 from kraftlog.broker import group_coordinator_driver as gcd
@@ -94,6 +94,8 @@ from kraftlog.raft import driver, shared_driver
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.security import config as security_config
+from kraftlog.security import tls
 from kraftlog.storage import checkpoint, leader_epoch, log_dir_lock, meta_properties
 from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log as storage_log
@@ -196,8 +198,8 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="controller.listener.names", type=_L, default=["CONTROLLER"],
                       doc="the controllers' listener names (accepted for Kafka compatibility)"),
     kconfig.ConfigKey(name="listener.security.protocol.map", type=_L, default=None,
-                      validator=kconfig.security_protocol_map("PLAINTEXT"),
-                      doc="NAME:PROTOCOL,...; only PLAINTEXT is supported"),
+                      validator=security_config.protocol_map_validator,
+                      doc="NAME:PROTOCOL,...; PLAINTEXT or SSL (SASL_* refused for now)"),
     kconfig.ConfigKey(name="default.replication.factor", type=_I, default=None,
                       doc="used by the controller; accepted so one file serves both roles"),
     kconfig.ConfigKey(name="num.partitions", type=_I, default=None,
@@ -233,6 +235,7 @@ BROKER_CONFIG = kconfig.ConfigDef([
                           "page-faulted mmaps; 0 = glibc's defaults"),
     *gcd.CONFIG_KEYS,
     *log_cleaner.CONFIG_KEYS,
+    *security_config.SERVER_CONFIG_KEYS,
     *metrics.CONFIG_KEYS,
     *log_setup.CONFIG_KEYS,
 ])
@@ -722,6 +725,10 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                  f"advertised listeners "
                                  f"{sorted(e.listener_name for e in advertised)}")
     group_config = gcd.config_from(cfg)  # a bad offsets.* value fails before anything opens
+    # TLS: the served listener's, and one client side for the controllers and the replicas.
+    server_tls = tls.listener_tls(cfg, listeners[0].listener_name)
+    rpc.configure_client(tls.node_client_tls(
+        cfg, [(cfg.get_list("controller.listener.names") or ["CONTROLLER"])[0], listener_name]))
     loader = ld.MetadataLoader(decode=record_convert.decode)
     quota_window = rq.QuotaWindow(
         samples=cfg.get_int("replication.quota.window.num"),
@@ -822,10 +829,12 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      listener_name=listener_name,
                                      log_dirs=[str(d) for d in log_dirs],
                                      ready=lambda: lifecycle.ready,
-                                     producer_ids=allocate_producer_id, groups=groups)
+                                     producer_ids=allocate_producer_id, groups=groups,
+                                     broker_identity=tls.identities(cfg)[0])
     grpc_server = server.create_server(servicer, interceptors=grpc_tracing.data_path_interceptors(
         tracer.tracer if tracer.enabled else None,
-        broker_metrics.observe_request if broker_metrics is not None else None))
+        broker_metrics.observe_request if broker_metrics is not None else None),
+        server_tls=server_tls)
     admin_locator = admin_service.serve_on(grpc_server, admin_service.AdminSettings(
         bootstrap_controllers=tuple(voters.values()), voters=voters,
         request_timeout_ms=settings.request_timeout_ms), interceptors=(
@@ -833,10 +842,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     health = health_server.ServerHealth(grpc_server, service=BROKER_SERVICE_NAME,
                                         reflected=(admin_service.SERVICE_NAME,))
     listen = f"{listeners[0].host or '0.0.0.0'}:{listeners[0].port}"
-    try:
-        grpc_server.add_insecure_port(listen)
-    except RuntimeError as exc:
-        raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
+    rpc.bind(grpc_server, listen, server_tls=server_tls)
     if registry is not None:
         try:
             registry.serve(metrics_port, cfg.get_str("kraftlog.metrics.host"))

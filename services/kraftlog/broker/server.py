@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from kraftlog import rpc_guard
+from kraftlog import rpc, rpc_guard
 from kraftlog.broker import delete_records as dr
 from kraftlog.broker import fetch_session, purgatory
 from kraftlog.broker import group_coordinator as gc
@@ -50,7 +50,7 @@ from kraftlog.broker import replica_manager as rm
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
 from kraftlog.metadata.records import NO_LEADER
-from kraftlog.raft import transport
+from kraftlog.security import principal, tls
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
@@ -270,9 +270,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                  listener_name: str, log_dirs: Sequence[str] = (),
                  ready: Callable[[], bool] = lambda: True,
                  producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None,
-                 groups: gcd.GroupCoordinatorDriver | None = None) -> None:
+                 groups: gcd.GroupCoordinatorDriver | None = None,
+                 broker_identity: principal.NodePrincipal | None = None) -> None:
         self.data = data
         self.groups = groups
+        # With mTLS: the principal broker N must present to fetch as replica N.
+        self._broker_identity = broker_identity
         # (deadline as time.monotonic()) -> (error, producer id, message); None: not wired.
         self._producer_ids = producer_ids
         self._ready = ready
@@ -370,7 +373,37 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
 
     # -- Fetch ----------------------------------------------------------------------------------
 
+    def _replica_refusal(self, replica_id: int, replica_epoch: int) -> common_pb2.Error | None:
+        """Why a replica Fetch naming ``replica_id`` is refused, ``None`` when it may go on.
+
+        Replica identity (beyond Kafka): with mTLS, only broker N's own certificate may fetch
+        as replica N, so a client certificate cannot pose as a follower and keep it in the
+        ISR. KIP-903: the broker epoch the fetch carries must be the one broker N registered
+        with (in this broker's metadata image), with security on or off, so a fetch from a
+        stale incarnation, or one that names no epoch (-1), never counts as the follower's."""
+        peer = tls.current_peer()
+        if (peer is not None and self._broker_identity is not None
+                and not self._broker_identity.matches(peer, replica_id)):
+            logger.warning("broker=%d event=impersonation_refused rpc=Fetch replica_id=%d "
+                           "principal=%r", self.broker_id, replica_id, peer.principal)
+            return error_proto(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                               f"{peer.principal} may not fetch as replica {replica_id}")
+        registration = self._image().cluster.broker(replica_id)
+        if registration is None:
+            return error_proto(ErrorCode.BROKER_ID_NOT_REGISTERED,
+                               f"replica {replica_id} is not a registered broker")
+        if replica_epoch != registration.broker_epoch:
+            return error_proto(ErrorCode.STALE_BROKER_EPOCH,
+                               f"replica {replica_id} fetches with broker epoch "
+                               f"{replica_epoch}; its registration has "
+                               f"{registration.broker_epoch} (KIP-903)")
+        return None
+
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> Any:
+        if request.replica_id >= 0:
+            refusal = self._replica_refusal(request.replica_id, request.replica_epoch)
+            if refusal is not None:
+                return broker_pb2.FetchResponse(error=refusal)
         if request.replica_id < 0 and not self._ready():
             # Consumers wait until this broker is registered, caught up and unfenced;
             # followers keep fetching (a fenced leader's followers still need its data).
@@ -858,9 +891,10 @@ def add_to_server(servicer: BrokerServicer, server: Any) -> None:
         lambda s: broker_pb2_grpc.add_BrokerServiceServicer_to_server(servicer, s), server)
 
 
-def create_server(servicer: BrokerServicer, *, interceptors: Sequence[Any] = ()) -> Any:
-    """A grpc.aio server with BrokerService registered (not yet bound or started)."""
-    grpc_server = grpc.aio.server(options=transport.server_options(),
-                                  interceptors=list(interceptors) or None)
+def create_server(servicer: BrokerServicer, *, interceptors: Sequence[Any] = (),
+                  server_tls: tls.ServerTls | None = None) -> Any:
+    """A grpc.aio server with BrokerService registered (not yet bound or started); TLS and
+    authentication per :mod:`kraftlog.rpc`."""
+    grpc_server = rpc.create_server(interceptors=interceptors, server_tls=server_tls)
     add_to_server(servicer, grpc_server)
     return grpc_server

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kraftlog.errors import ConfigError
+from kraftlog.security import config as security_config
 from kraftlog.storage.compression import CompressionType
 
 _HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\s\[\],]+):(?P<port>\d{1,5})$")
@@ -130,6 +131,10 @@ class ProducerConfig:
     """``partitioner.adaptive.partitioning.enable`` (KIP-794): null-key records move to the
     next sticky partition with a probability that falls with the batches already queued
     for it, instead of uniformly."""
+    security: tuple[tuple[str, str], ...] = ()
+    """``security.protocol`` (PLAINTEXT or SSL) and the ``ssl.*`` settings (KIP-651 PEM:
+    ``ssl.truststore.location``, ``ssl.keystore.location``, ...), as given; empty: the
+    process default (:mod:`kraftlog.rpc`)."""
     max_in_flight_requests_per_connection: int = 5
     """``max.in.flight.requests.per.connection``: Produce requests a partition may have
     unanswered at once (each carries at most one batch of it when idempotent), counted
@@ -144,6 +149,7 @@ class ProducerConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers",
                            parse_bootstrap_servers(self.bootstrap_servers))
+        check_security(self.security)
         object.__setattr__(self, "acks", Acks.parse(self.acks))
         object.__setattr__(self, "compression_type", parse_compression(self.compression_type))
         for name in ("linger_ms", "retries", "retry_backoff_ms", "max_block_ms",
@@ -206,10 +212,13 @@ class ConsumerConfig:
     ``auto.commit.interval.ms`` from ``poll()`` and at ``close()``."""
     auto_commit_interval_ms: int = 5000
     """``auto.commit.interval.ms``."""
+    security: tuple[tuple[str, str], ...] = ()
+    """``security.protocol`` and ``ssl.*`` settings, as for :class:`ProducerConfig`."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bootstrap_servers",
                            parse_bootstrap_servers(self.bootstrap_servers))
+        check_security(self.security)
         if self.group_id is not None and (not isinstance(self.group_id, str)
                                           or not self.group_id):
             raise ConfigError(f"group.id={self.group_id!r} is invalid: give a non-empty string "
@@ -235,10 +244,26 @@ class ConsumerConfig:
         return cls(**_keywords(cls, properties))
 
 
+def is_security_key(key: str) -> bool:
+    return key == "security.protocol" or key.startswith("ssl.")
+
+
+def check_security(security: Sequence[tuple[str, str]]) -> None:
+    """Refuse bad ``security.protocol`` / ``ssl.*`` settings before any I/O."""
+    get = security_config.mapping_lookup(dict(security))
+    if security_config.client_protocol(get) is security_config.Protocol.SSL:
+        security_config.client_ssl(get, what="security.protocol")
+
+
 def _keywords(cls: type[Any], properties: Mapping[str, Any]) -> dict[str, Any]:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     out: dict[str, Any] = {}
+    security = tuple((key, str(raw)) for key, raw in properties.items() if is_security_key(key))
+    if security:
+        out["security"] = security
     for key, raw in properties.items():
+        if is_security_key(key):
+            continue
         name = key.replace(".", "_")
         field = fields.get(name)
         if field is None:

@@ -76,6 +76,7 @@ from kraftlog.client import metadata_client as md
 from kraftlog.client.config import ConsumerConfig, OffsetReset
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError
+from kraftlog.security import tls
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
@@ -152,7 +153,10 @@ class Consumer:
 
     def __init__(self, config: ConsumerConfig) -> None:
         self.config = config
-        self._channels = md.BrokerChannels(retry_backoff_ms=config.retry_backoff_ms)
+        self._channels = md.BrokerChannels(
+            retry_backoff_ms=config.retry_backoff_ms,
+            client_tls=tls.client_tls_from_properties(dict(config.security),
+                                                      what="bootstrap.servers"))
         self.metadata = md.MetadataCache(config.bootstrap_servers, self._channels,
                                          retry_backoff_ms=config.retry_backoff_ms,
                                          metadata_max_age_ms=config.metadata_max_age_ms)

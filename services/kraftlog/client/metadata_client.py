@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import grpc
 
+from kraftlog import rpc
 from kraftlog.client import errors as client_errors
 from kraftlog.error_codes import ErrorCode
-from kraftlog.raft import transport
+from kraftlog.security import tls
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.telemetry import grpc_tracing
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
@@ -94,8 +95,10 @@ FETCH_METHOD = "/kraftlog.v1.BrokerService/Fetch"
 class BrokerChannels:
     """Lazily created channels and stubs, one per broker address. Thread-safe."""
 
-    def __init__(self, *, retry_backoff_ms: int = 100) -> None:
+    def __init__(self, *, retry_backoff_ms: int = 100,
+                 client_tls: tls.ClientTls | None = None) -> None:
         self._retry_backoff_ms = max(1, retry_backoff_ms)
+        self._client_tls = client_tls  # None: the process default (kraftlog.rpc)
         self._lock = threading.Lock()
         self._stubs: dict[str, tuple[grpc.Channel, broker_pb2_grpc.BrokerServiceStub,
                                      grpc.UnaryUnaryMultiCallable]] = {}
@@ -109,8 +112,8 @@ class BrokerChannels:
             entry = self._stubs.get(address)
             if entry is None:
                 channel = grpc.intercept_channel(
-                    grpc.insecure_channel(address, options=transport.channel_options(
-                        retry_backoff_ms=self._retry_backoff_ms)),
+                    rpc.sync_channel(address, options=rpc.channel_options(
+                        retry_backoff_ms=self._retry_backoff_ms), client_tls=self._client_tls),
                     grpc_tracing.SyncDataPathClientInterceptor())
                 raw_fetch = channel.unary_unary(
                     FETCH_METHOD, request_serializer=broker_pb2.FetchRequest.SerializeToString,

@@ -83,6 +83,7 @@ from kraftlog.client import partitioner
 from kraftlog.client.config import Acks, ProducerConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
+from kraftlog.security import tls
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.topic_partition import TopicPartition
@@ -274,7 +275,10 @@ class Producer:
 
     def __init__(self, config: ProducerConfig, *, rng: random.Random | None = None) -> None:
         self.config = config
-        self._channels = md.BrokerChannels(retry_backoff_ms=config.retry_backoff_ms)
+        self._channels = md.BrokerChannels(
+            retry_backoff_ms=config.retry_backoff_ms,
+            client_tls=tls.client_tls_from_properties(dict(config.security),
+                                                      what="bootstrap.servers"))
         self.metadata = md.MetadataCache(config.bootstrap_servers, self._channels,
                                          retry_backoff_ms=config.retry_backoff_ms,
                                          metadata_max_age_ms=config.metadata_max_age_ms)

@@ -43,6 +43,7 @@ from kraftlog.metadata import snapshot as msnap
 from kraftlog.raft import consensus
 from kraftlog.raft import driver as raft_driver
 from kraftlog.raft.snapshot import SnapshotReader
+from kraftlog.security import tls
 from kraftlog.telemetry import controller_tracing
 
 logger = logging.getLogger(__name__)
@@ -227,6 +228,7 @@ class ControllerHost:
         self.cluster_id = cluster_id
         self.voters = voters
         self.config = controller_config(cfg, cluster_id)
+        self.broker_identity = tls.identities(cfg)[0]  # checked only on mTLS listeners
         self.rebalance_interval_s = cfg.get_int("leader.imbalance.check.interval.seconds")
         self.snapshot_policy = msnap.SnapshotPolicy(
             max_bytes_between_snapshots=cfg.get_int(
@@ -261,7 +263,8 @@ class ControllerHost:
         self.raft = raft
         assert self.controller is not None
         servicer = server.ControllerServicer(self.controller, cluster_id=self.cluster_id,
-                                             endpoint_of=lambda node: self.voters.get(node, ""))
+                                             endpoint_of=lambda node: self.voters.get(node, ""),
+                                             broker_identity=self.broker_identity)
         server.add_to_server(servicer, grpc_server)
 
     def start(self) -> None:

@@ -9,6 +9,12 @@ lost mid-operation, the answer is NOT_CONTROLLER with that hint (never a gRPC er
 expected outcomes travel as error codes, STYLE.md rule 7). A caller's deadline
 becomes REQUEST_TIMED_OUT (the write may still commit, as in Kafka).
 
+With mTLS on, a BrokerRegistration, BrokerHeartbeat, AlterPartition or
+AllocateProducerIds that names broker N is refused with CLUSTER_AUTHORIZATION_FAILED
+unless the caller's certificate is broker N's (``kraftlog.security.broker.principal``,
+default CN ``broker-N``): one client certificate cannot keep a dead broker alive or shrink
+another's ISR.
+
 Edge module: grpc and protobuf live here, the rules in the managers.
 """
 
@@ -26,6 +32,7 @@ from kraftlog.controller import api, convert
 from kraftlog.controller.driver import QuorumController
 from kraftlog.controller.state import ControllerState
 from kraftlog.error_codes import ErrorCode
+from kraftlog.security import principal, tls
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -46,8 +53,12 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
     """Answers ControllerService on every quorum member; only the active one acts."""
 
     def __init__(self, controller: QuorumController, *, cluster_id: str,
-                 endpoint_of: Callable[[int], str]) -> None:
+                 endpoint_of: Callable[[int], str],
+                 broker_identity: principal.NodePrincipal | None = None) -> None:
         self.controller = controller
+        # With mTLS: the principal broker N must present to register, heartbeat, alter
+        # its partitions' ISR or allocate producer ids as broker N (beyond Kafka).
+        self._broker_identity = broker_identity
         self.cluster_id = cluster_id
         self._endpoint_of = endpoint_of
         # (leader id, epoch, hint): only ever CopyFrom'd into responses, never changed.
@@ -75,6 +86,20 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
         response.error.CopyFrom(convert.error_proto(code, message))  # type: ignore[attr-defined]
         response.active_controller.CopyFrom(self._hint())  # type: ignore[attr-defined]
         return response
+
+    def _impersonation(self, rpc: str, broker_id: int,
+                       response_cls: type[Message]) -> Message | None:
+        """The refusal when an authenticated caller speaks as a broker it is not."""
+        peer = tls.current_peer()
+        if peer is None or self._broker_identity is None or \
+                self._broker_identity.matches(peer, broker_id):
+            return None
+        logger.warning("event=impersonation_refused rpc=%s broker_id=%d principal=%r "
+                       "expected=%r", rpc, broker_id, peer.principal,
+                       self._broker_identity.expected(broker_id))
+        return self._error_response(response_cls, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                    f"{rpc}: {peer.principal} may not act as broker "
+                                    f"{broker_id}")
 
     async def _serve(self, rpc: str, request: Message, request_cls: type[Any],
                      response_cls: type[Message],
@@ -123,6 +148,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     async def BrokerRegistration(self, request: controller_pb2.BrokerRegistrationRequest,
                                  context: Any) -> Any:
+        refused = self._impersonation("BrokerRegistration", request.broker_id, controller_pb2.BrokerRegistrationResponse)
+        if refused is not None:
+            return refused
         if request.cluster_id != self.cluster_id:
             return self._error_response(
                 controller_pb2.BrokerRegistrationResponse, ErrorCode.INCONSISTENT_CLUSTER_ID,
@@ -136,6 +164,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     async def BrokerHeartbeat(self, request: controller_pb2.BrokerHeartbeatRequest,
                               context: Any) -> Any:
+        refused = self._impersonation("BrokerHeartbeat", request.broker_id, controller_pb2.BrokerHeartbeatResponse)
+        if refused is not None:
+            return refused
         controller = self.controller
         return await self._serve(
             "BrokerHeartbeat", request, api.BrokerHeartbeatRequest,
@@ -154,6 +185,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     async def AlterPartition(self, request: controller_pb2.AlterPartitionRequest,
                              context: Any) -> Any:
+        refused = self._impersonation("AlterPartition", request.broker_id, controller_pb2.AlterPartitionResponse)
+        if refused is not None:
+            return refused
         return await self._serve(
             "AlterPartition", request, api.AlterPartitionRequest,
             controller_pb2.AlterPartitionResponse,
@@ -161,6 +195,9 @@ class ControllerServicer(controller_pb2_grpc.ControllerServiceServicer):
 
     async def AllocateProducerIds(self, request: controller_pb2.AllocateProducerIdsRequest,
                                   context: Any) -> Any:
+        refused = self._impersonation("AllocateProducerIds", request.broker_id, controller_pb2.AllocateProducerIdsResponse)
+        if refused is not None:
+            return refused
         return await self._serve(
             "AllocateProducerIds", request, api.AllocateProducerIdsRequest,
             controller_pb2.AllocateProducerIdsResponse,

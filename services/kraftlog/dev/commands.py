@@ -50,8 +50,12 @@ def run_up(args: argparse.Namespace) -> int:
     before = lay.load(_directory(args))
     layout = proc.create_or_load(_directory(args), controllers=args.controllers,
                                  brokers=args.brokers, base_port=args.base_port,
-                                 with_admin=not args.no_admin, broker_config=settings)
-    _say(f"dev cluster {layout.cluster_id} in {layout.directory}")
+                                 with_admin=not args.no_admin, broker_config=settings,
+                                 security=args.security)
+    proc.use_client_tls(layout)
+    _say(f"dev cluster {layout.cluster_id} in {layout.directory}"
+         + (" (mTLS: every listener SSL, client certificates required)"
+            if layout.security == "mtls" else ""))
     if before is not None and before.broker_config != layout.broker_config:
         running = [n.name for n in layout.of_role(lay.Role.BROKER)
                    if proc.running_pid(layout, n) is not None]
@@ -79,6 +83,8 @@ def export_lines(layout: lay.Layout) -> list[str]:
     if layout.with_admin:
         admin = ",".join(layout.endpoint(n) for n in layout.of_role(lay.Role.ADMIN))
         lines.append(f"export {conventions.ADMIN_ENV}={admin}")
+    if layout.security == "mtls":
+        lines.append(f"export {conventions.COMMAND_CONFIG_ENV}={layout.client_properties_path}")
     return lines
 
 
@@ -94,6 +100,12 @@ The cluster is up. Active controller: {quorum.leader_id} (epoch {quorum.epoch}).
     print("\nEvery kraftlog command's default endpoints (a flag overrides them):")
     for line in export_lines(layout):
         print(f"  {line}")
+    if layout.security == "mtls":
+        print(f"""
+mTLS is on: a call without a certificate signed by {layout.truststore_path} is refused.
+  client settings  {layout.client_properties_path} (--command-config FILE, or the
+                   export above; the client library and PySpark take the same keys)
+  certificates     {layout.tls_dir}/ (CN broker-N / controller-N per node, CN admin for you)""")
     if not layout.with_admin:
         print("\nNo admin service (--no-admin): topics, reassign and leader-election need one.")
         return
@@ -296,6 +308,10 @@ def register(subparsers: Any) -> None:
     up.add_argument("--broker-config", action="append", metavar="KEY=VALUE",
                     help="a broker setting (repeatable), e.g. num.replica.fetchers=2; kept "
                     "in cluster.json; on an existing cluster it replaces the stored ones")
+    up.add_argument("--security", default=None, choices=lay.SECURITY_MODES,
+                    help="mtls: a throwaway CA, one certificate per node and one for you, "
+                         "TLS with client certificates on every listener (first start "
+                         "only; default none)")
     up.add_argument("--no-admin", action="store_true",
                     help="do not run the admin service (first start only)")
     up.add_argument("--timeout-s", type=_positive_seconds, default=90.0, metavar="S",

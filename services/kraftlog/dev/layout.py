@@ -10,6 +10,12 @@ A dev cluster lives in one directory, like a StatefulSet's pods with their volum
     <dir>/controller-1.pid           its process id while it runs
     <dir>/broker-101/ ...            the same for brokers (log.dirs)
     <dir>/admin.properties ...       the admin service (stateless: no data dir)
+    <dir>/tls/                       with ``--security mtls``: the throwaway CA
+                                     (``ca.pem``), one keystore per node
+                                     (``<node>.pem``, CN = the node's name) and the
+                                     command-line user's (``client.pem``, CN ``admin``)
+    <dir>/client.properties          with ``--security mtls``: the clients' settings
+                                     (``--command-config``, ``$KRAFTLOG_COMMAND_CONFIG``)
 
 This module is pure: it computes names, ports and config text and reads/writes
 ``cluster.json``; :mod:`kraftlog.dev.process` starts and stops the processes.
@@ -32,6 +38,11 @@ DEFAULT_BASE_PORT = 19090
 CONTROLLER_COUNTS = (1, 3, 5)
 MAX_BROKERS = 9
 FIRST_BROKER_ID = 101
+SECURITY_MODES = ("none", "mtls")
+TLS_DIR = "tls"
+CLIENT_PROPERTIES = "client.properties"
+CLIENT_CERTIFICATE = "client"
+CLIENT_COMMON_NAME = "admin"
 
 # Timeouts that suit a laptop: a dead broker is fenced within seconds, a dead controller
 # replaced within about a second. Kafka's defaults (18 s sessions) are made for real networks.
@@ -115,9 +126,15 @@ class Layout:
     with_admin: bool = True
     broker_config: tuple[tuple[str, str], ...] = ()
     """``--broker-config`` settings: every broker's properties, after dev up's defaults."""
+    security: str = "none"
+    """``none`` (PLAINTEXT everywhere) or ``mtls``: every listener SSL with client
+    certificates required, every node dialing with its own certificate."""
 
     def __post_init__(self) -> None:
         _check_broker_config(self.broker_config)
+        if self.security not in SECURITY_MODES:
+            raise errors.ConfigError(f"--security must be one of {', '.join(SECURITY_MODES)}, "
+                                     f"not {self.security!r}")
         if self.controllers not in CONTROLLER_COUNTS:
             raise errors.ConfigError(f"--controllers must be one of {CONTROLLER_COUNTS}, "
                                      f"not {self.controllers}")
@@ -178,6 +195,43 @@ class Layout:
         return self.directory / f"{node.name}.pid"
 
     @property
+    def tls_dir(self) -> pathlib.Path:
+        return self.directory / TLS_DIR
+
+    def keystore_path(self, name: str) -> pathlib.Path:
+        """The PEM keystore (key + certificate) of node ``name`` or of ``client``."""
+        return self.tls_dir / f"{name}.pem"
+
+    @property
+    def truststore_path(self) -> pathlib.Path:
+        return self.tls_dir / "ca.pem"
+
+    @property
+    def client_properties_path(self) -> pathlib.Path:
+        return self.directory / CLIENT_PROPERTIES
+
+    def _security_lines(self, node: Node) -> list[str]:
+        if self.security == "none":
+            return []
+        lines = ["listener.security.protocol.map=CONTROLLER:SSL,SSL:SSL,ADMIN:SSL"]
+        if node.role is not Role.CONTROLLER:  # a controller dials controllers only
+            lines.append("inter.broker.listener.name=SSL")
+        return [*lines,
+                f"ssl.keystore.location={self.keystore_path(node.name)}",
+                f"ssl.truststore.location={self.truststore_path}",
+                "ssl.client.auth=required"]
+
+    def client_properties_text(self) -> str:
+        """The clients' properties (Kafka's client config file) for this cluster."""
+        lines = [f"# kraftlog dev cluster {self.cluster_id}: client settings (dev up)",
+                 f"bootstrap.servers={self.bootstrap_servers}"]
+        if self.security == "mtls":
+            lines += ["security.protocol=SSL",
+                      f"ssl.truststore.location={self.truststore_path}",
+                      f"ssl.keystore.location={self.keystore_path(CLIENT_CERTIFICATE)}"]
+        return "\n".join(lines) + "\n"
+
+    @property
     def topic_defaults(self) -> dict[str, int]:
         """Replication 3 and min ISR 2 when there are 3 brokers or more (what a Kafka
         operator runs in production), fewer on smaller clusters."""
@@ -197,14 +251,19 @@ class Layout:
         elif node.role is Role.BROKER:
             lines += [f"node.id={node.node_id}", "process.roles=broker",
                       f"controller.quorum.voters={self.voters}",
-                      f"listeners=PLAINTEXT://{self.endpoint(node)}",
+                      f"listeners={self.broker_listener}://{self.endpoint(node)}",
                       f"log.dirs={self.data_dir(node)}"]
             lines += [f"{k}={v}" for k, v in {**BROKER_SETTINGS, **self.topic_defaults,
                                                 **dict(self.broker_config)}.items()]
         else:
             lines += [f"controller.quorum.voters={self.voters}",
                       f"listeners=ADMIN://{self.endpoint(node)}"]
+        lines += self._security_lines(node)
         return "\n".join(lines) + "\n"
+
+    @property
+    def broker_listener(self) -> str:
+        return "SSL" if self.security == "mtls" else "PLAINTEXT"
 
     # -- cluster.json -----------------------------------------------------------------------
 
@@ -213,7 +272,8 @@ class Layout:
                            "controllers": self.controllers, "brokers": self.brokers,
                            "basePort": self.base_port, "host": self.host,
                            "admin": self.with_admin,
-                           "brokerConfig": dict(self.broker_config)}, indent=2) + "\n"
+                           "brokerConfig": dict(self.broker_config),
+                           "security": self.security}, indent=2) + "\n"
 
     @classmethod
     def from_json(cls, directory: pathlib.Path, text: str) -> Layout:
@@ -242,8 +302,12 @@ class Layout:
                 isinstance(k, str) and isinstance(v, str) for k, v in settings.items()):
             raise errors.ConfigError(f"{where}: brokerConfig must map names to strings, "
                                      f"not {settings!r}")
+        security = data.get("security", "none")  # absent in files from before the flag
+        if not isinstance(security, str):
+            raise errors.ConfigError(f"{where}: security must be a string, not {security!r}")
         try:
-            return cls(directory=directory, broker_config=tuple(settings.items()), **fields)
+            return cls(directory=directory, broker_config=tuple(settings.items()),
+                       security=security, **fields)
         except errors.ConfigError as exc:
             raise errors.ConfigError(f"{where}: {exc}") from None
 
@@ -261,11 +325,13 @@ def load(directory: pathlib.Path) -> Layout | None:
 
 
 def check_same_shape(stored: Layout, *, controllers: int | None, brokers: int | None,
-                     base_port: int | None) -> None:
+                     base_port: int | None, security: str | None = None) -> None:
     """Refuse flags that contradict the layout a cluster was created with."""
-    asked = {"--controllers": (controllers, stored.controllers),
-             "--brokers": (brokers, stored.brokers),
-             "--base-port": (base_port, stored.base_port)}
+    asked: dict[str, tuple[object, object]] = {
+        "--controllers": (controllers, stored.controllers),
+        "--brokers": (brokers, stored.brokers),
+        "--base-port": (base_port, stored.base_port),
+        "--security": (security, stored.security)}
     for flag, (wanted, have) in asked.items():
         if wanted is not None and wanted != have:
             raise errors.ConfigError(

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kraftlog import errors
+from kraftlog import errors, rpc
 from kraftlog.dev import layout as lay
 from kraftlog.storage import atomic_file
 from kraftlog.storage import uuid as kuuid
@@ -45,7 +45,8 @@ FORMAT_TIMEOUT_S = 60.0
 
 def create_or_load(directory: pathlib.Path, *, controllers: int | None, brokers: int | None,
                    base_port: int | None, with_admin: bool,
-                   broker_config: tuple[tuple[str, str], ...] | None = None) -> lay.Layout:
+                   broker_config: tuple[tuple[str, str], ...] | None = None,
+                   security: str | None = None) -> lay.Layout:
     """The cluster kept in ``directory``, created (cluster id, ``cluster.json``) if new.
 
     ``broker_config`` (None: keep what is stored) replaces an existing cluster's broker
@@ -54,8 +55,9 @@ def create_or_load(directory: pathlib.Path, *, controllers: int | None, brokers:
     stored = lay.load(directory)
     if stored is not None:
         lay.check_same_shape(stored, controllers=controllers, brokers=brokers,
-                             base_port=base_port)
+                             base_port=base_port, security=security)
         if broker_config is None or broker_config == stored.broker_config:
+            ensure_certificates(stored)
             return stored
         layout = dataclasses.replace(stored, broker_config=broker_config)
     else:
@@ -63,14 +65,64 @@ def create_or_load(directory: pathlib.Path, *, controllers: int | None, brokers:
                             controllers=3 if controllers is None else controllers,
                             brokers=3 if brokers is None else brokers,
                             base_port=lay.DEFAULT_BASE_PORT if base_port is None else base_port,
-                            with_admin=with_admin, broker_config=broker_config or ())
+                            with_admin=with_admin, broker_config=broker_config or (),
+                            security=security or "none")
     try:
         directory.mkdir(parents=True, exist_ok=True)
         atomic_file.write_atomically(directory / lay.LAYOUT_FILE, layout.to_json().encode())
     except OSError as exc:
         raise errors.ConfigError(f"cannot create the dev cluster directory {directory}: "
                                  f"{exc}") from None
+    ensure_certificates(layout)
     return layout
+
+
+def ensure_certificates(layout: lay.Layout) -> bool:
+    """With ``--security mtls``: the throwaway CA and every node's and the client's
+    certificate (made once, kept across restarts), and ``client.properties``. True if
+    made now. Keys are written readable by the owner only."""
+    if layout.security != "mtls":
+        return False
+    made = False
+    if not layout.truststore_path.exists():
+        # Imported here: only an mTLS cluster needs the cryptography library.
+        from kraftlog.security import certificates
+        authority = certificates.CertificateAuthority(
+            common_name=f"kraftlog dev CA {layout.cluster_id}")
+        try:
+            layout.tls_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for name in [n.name for n in layout.nodes] + [lay.CLIENT_CERTIFICATE]:
+                common_name = lay.CLIENT_COMMON_NAME if name == lay.CLIENT_CERTIFICATE else name
+                issued = authority.issue(common_name, dns_names=("localhost",),
+                                         ip_addresses=(layout.host,))
+                path = layout.keystore_path(name)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(issued.keystore_pem())
+            # The CA last: its presence says the set is complete.
+            atomic_file.write_atomically(layout.truststore_path, authority.certificate_pem)
+        except OSError as exc:
+            raise errors.ConfigError(f"cannot write certificates in {layout.tls_dir}: "
+                                     f"{exc}") from None
+        made = True
+    try:
+        atomic_file.write_atomically(layout.client_properties_path,
+                                     layout.client_properties_text().encode())
+    except OSError as exc:
+        raise errors.ConfigError(f"cannot write {layout.client_properties_path}: {exc}") \
+            from None
+    return made
+
+
+def use_client_tls(layout: lay.Layout) -> None:
+    """Make this process's probes dial ``layout``'s cluster as its clients do."""
+    if layout.security != "mtls":
+        return
+    from kraftlog import config as kconfig
+    from kraftlog.security import tls
+    values, _sources = kconfig.load_properties(layout.client_properties_path)
+    rpc.configure_client(tls.client_tls_from_properties(
+        values, what=str(layout.client_properties_path)))
 
 
 def existing(directory: pathlib.Path) -> lay.Layout:
@@ -79,6 +131,7 @@ def existing(directory: pathlib.Path) -> lay.Layout:
     if stored is None:
         raise errors.ConfigError(f"no dev cluster in {directory} (start one with "
                                  f"'kraftlog dev up --dir {directory}')")
+    use_client_tls(stored)
     return stored
 
 
@@ -236,7 +289,7 @@ def describe_quorum(layout: lay.Layout) -> QuorumView | None:
     """The quorum as its leader describes it, None while no live controller leads."""
     for node in layout.of_role(lay.Role.CONTROLLER):
         try:
-            with grpc.insecure_channel(layout.endpoint(node)) as channel:
+            with rpc.sync_channel(layout.endpoint(node)) as channel:
                 answer = raft_pb2_grpc.RaftServiceStub(channel).DescribeQuorum(
                     raft_pb2.DescribeQuorumRequest(), timeout=PROBE_TIMEOUT_S)
         except grpc.RpcError:
@@ -252,7 +305,7 @@ def describe_quorum(layout: lay.Layout) -> QuorumView | None:
 def serving(layout: lay.Layout, node: lay.Node) -> bool:
     """True if ``node``'s role service answers SERVING on its health service."""
     try:
-        with grpc.insecure_channel(layout.endpoint(node)) as channel:
+        with rpc.sync_channel(layout.endpoint(node)) as channel:
             answer = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=HEALTH_SERVICE[node.role]),
                 timeout=PROBE_TIMEOUT_S)

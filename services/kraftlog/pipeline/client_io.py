@@ -48,6 +48,7 @@ from kraftlog.pipeline.options import (
     SubscriptionKind,
 )
 from kraftlog.pipeline.planning import OffsetRange
+from kraftlog.security import tls
 from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2
 
@@ -59,16 +60,19 @@ POLL_RECORDS = 8192
 """Records per poll, and so per Arrow batch handed to Spark."""
 
 
-def consumer_config(bootstrap_servers: tuple[str, ...]) -> client.ConsumerConfig:
+def consumer_config(bootstrap_servers: tuple[str, ...],
+                    security: tuple[tuple[str, str], ...] = ()) -> client.ConsumerConfig:
     """The consumer settings of every read (the benchmark's anchor uses them too)."""
     return client.ConsumerConfig(
         bootstrap_servers=bootstrap_servers, auto_offset_reset=client.OffsetReset.NONE,
         max_poll_records=POLL_RECORDS, max_partition_fetch_bytes=4 * 1024 * 1024,
-        fetch_max_wait_ms=200, default_api_timeout_ms=30000)
+        fetch_max_wait_ms=200, default_api_timeout_ms=30000, security=security)
 
 
-def _all_topics(bootstrap_servers: tuple[str, ...]) -> list[str]:
-    channels = md.BrokerChannels()
+def _all_topics(config: client.ConsumerConfig) -> list[str]:
+    bootstrap_servers = config.bootstrap_servers
+    channels = md.BrokerChannels(client_tls=tls.client_tls_from_properties(
+        dict(config.security), what="kafka.security.protocol"))
     failures: dict[str, str] = {}
     try:
         for address in bootstrap_servers:
@@ -87,7 +91,7 @@ def _all_topics(bootstrap_servers: tuple[str, ...]) -> list[str]:
 def discover(consumer: client.Consumer, subscription: Subscription) -> list[TopicPartition]:
     """Every partition of the subscribed topics, sorted. OptionError for an unknown topic."""
     if subscription.kind is SubscriptionKind.PATTERN:
-        names = sorted(t for t in _all_topics(consumer.config.bootstrap_servers)
+        names = sorted(t for t in _all_topics(consumer.config)
                        if not t.startswith("__") and subscription.matches(t))
     else:
         names = list(subscription.topics)
@@ -185,7 +189,8 @@ def _fail_or_skip(fail_on_data_loss: bool, message: str) -> None:
 
 
 def read_range(bootstrap_servers: tuple[str, ...], rng: OffsetRange, *,
-               fail_on_data_loss: bool, poll_timeout_ms: int) -> Iterator[Any]:
+               fail_on_data_loss: bool, poll_timeout_ms: int,
+               security: tuple[tuple[str, str], ...] = ()) -> Iterator[Any]:
     """Arrow batches of every record in ``rng``, in offset order.
 
     Stops at ``until_offset``; a range whose head was deleted by retention raises
@@ -195,7 +200,7 @@ def read_range(bootstrap_servers: tuple[str, ...], rng: OffsetRange, *,
     record for ``poll_timeout_ms`` raises ClientTimeoutError.
     """
     tp = TopicPartition(topic=rng.topic, partition=rng.partition)
-    with client.Consumer(consumer_config(bootstrap_servers)) as consumer:
+    with client.Consumer(consumer_config(bootstrap_servers, security)) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, rng.from_offset)
         position = rng.from_offset

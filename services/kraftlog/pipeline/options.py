@@ -104,6 +104,8 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    security: tuple[tuple[str, str], ...] = ()
+    """``kafka.security.protocol`` and ``kafka.ssl.*`` options without the prefix."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,10 +262,24 @@ def parse_offset_spec(opts: Mapping[str, str], *, starting: bool, streaming: boo
     return OffsetSpec(option=off_key, kind=OffsetKind.SPECIFIC, offsets=offsets)
 
 
+def _security(opts: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``kafka.security.protocol`` / ``kafka.ssl.*`` as client settings, checked."""
+    security = tuple((key[len("kafka."):], value) for key, value in sorted(opts.items())
+                     if key.startswith("kafka.")
+                     and client_config.is_security_key(key[len("kafka."):]))
+    try:
+        client_config.check_security(security)
+    except ConfigError as exc:
+        raise OptionError(f"kafka.{exc}") from None
+    return security
+
+
 def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Check every option of a read; OptionError naming the first bad one."""
     opts = _lower(options)
-    unknown = sorted(set(opts) - set(_READ_KEYS) - {"path"})
+    security = _security(opts)
+    unknown = sorted(set(opts) - set(_READ_KEYS) - {"path"}
+                     - {f"kafka.{key}" for key, _ in security})
     if unknown:
         raise OptionError(f"{unknown[0]}: unknown option for reading format 'kraftlog' "
                           f"(known: {', '.join(sorted(_READ_KEYS.values()))})")
@@ -284,7 +300,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOp
         max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger",
                                               "maxOffsetsPerTrigger"),
         fail_on_data_loss=_bool(opts, "failondataloss", "failOnDataLoss", True),
-        poll_timeout_ms=DEFAULT_POLL_TIMEOUT_MS if poll is None else poll)
+        poll_timeout_ms=DEFAULT_POLL_TIMEOUT_MS if poll is None else poll,
+        security=security)
 
 
 def parse_write_options(options: Mapping[str, str], *, streaming: bool = False
@@ -292,18 +309,21 @@ def parse_write_options(options: Mapping[str, str], *, streaming: bool = False
     """Check the options of a write: ``bootstrap``, optional ``topic``, ``kafka.<producer key>``
     (and Spark's own ``checkpointLocation`` for a streaming write)."""
     opts = _lower(options)
+    _security(opts)  # a bad kafka.ssl.* fails here, before Spark starts a task
     producer: dict[str, str] = {}
     for key, value in opts.items():
         if key in ("bootstrap", "kafka.bootstrap.servers", "topic", "path"):
             continue
         if streaming and key == "checkpointlocation":
             continue
-        if key.startswith("kafka.") and key[len("kafka."):] in _WRITE_PRODUCER_KEYS:
+        if key.startswith("kafka.") and (key[len("kafka."):] in _WRITE_PRODUCER_KEYS
+                                         or client_config.is_security_key(key[len("kafka."):])):
             producer[key[len("kafka."):]] = value
             continue
         raise OptionError(f"{key}: unknown option for writing format 'kraftlog' (known: "
                           "bootstrap, topic, " + ", ".join(f"kafka.{k}" for k in
-                                                           _WRITE_PRODUCER_KEYS) + ")")
+                                                           _WRITE_PRODUCER_KEYS)
+                          + ", kafka.security.protocol, kafka.ssl.*)")
     acks = producer.pop("acks", "all").strip().lower()
     if acks not in ("all", "-1"):
         raise OptionError(f"kafka.acks: the kraftlog sink always produces with acks=all, "

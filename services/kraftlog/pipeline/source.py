@@ -89,11 +89,13 @@ def _read(options: ReadOptions, partition: InputPartition) -> Iterator[Any]:
     rng = partition.rng
     yield from client_io.read_range(options.bootstrap_servers, rng,
                                     fail_on_data_loss=options.fail_on_data_loss,
-                                    poll_timeout_ms=options.poll_timeout_ms)
+                                    poll_timeout_ms=options.poll_timeout_ms,
+                                    security=options.security)
 
 
 def _consumer(options: ReadOptions) -> client.Consumer:
-    return client.Consumer(client_io.consumer_config(options.bootstrap_servers))
+    return client.Consumer(client_io.consumer_config(options.bootstrap_servers,
+                                                     options.security))
 
 
 class KraftlogBatchReader(DataSourceReader):

@@ -43,13 +43,15 @@ import time
 from typing import Any
 
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server, rpc_guard
+from kraftlog import errors, health_server, rpc, rpc_guard
 from kraftlog.controller import process as controller_process
 from kraftlog.raft import consensus, driver, listeners, shared_driver, transport
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import RaftConfig, parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.security import config as security_config
+from kraftlog.security import principal, tls
 from kraftlog.storage import log_dir_lock, meta_properties
 from kraftlog.telemetry import controller_metrics, grpc_tracing, metrics, raft_tracing, tracing
 from kraftlog.telemetry import logging as log_setup
@@ -84,8 +86,8 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
                       doc="NAME://host:port,... other nodes reach this controller at (KIP-853); "
                           "the static controller.quorum.voters names the addresses used"),
     kconfig.ConfigKey(name="listener.security.protocol.map", type=_L, default=None,
-                      validator=kconfig.security_protocol_map("PLAINTEXT"),
-                      doc="NAME:PROTOCOL,...; only PLAINTEXT is supported"),
+                      validator=security_config.protocol_map_validator,
+                      doc="NAME:PROTOCOL,...; PLAINTEXT or SSL (SASL_* refused for now)"),
     kconfig.ConfigKey(name="metadata.log.dir", type=_S, default=None,
                       doc="directory holding __cluster_metadata-0; default: first of log.dirs"),
     kconfig.ConfigKey(name="log.dirs", type=_L, default=None,
@@ -113,6 +115,7 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
                       default=_DEFAULTS.fetch_max_wait_ms, validator=kconfig.at_least(0),
                       doc="ms the leader parks a Fetch with nothing new (kraftlog extension; "
                           "keep below the request timeout)"),
+    *security_config.SERVER_CONFIG_KEYS,
     *metrics.CONFIG_KEYS,
     *log_setup.CONFIG_KEYS,
 ])
@@ -202,6 +205,9 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
                                  f"{sorted(voters)}; observers are not supported here yet")
     settings = raft_config(cfg)
     listen = controller_listener(cfg)
+    listener_name = (cfg.get_list("controller.listener.names") or ["CONTROLLER"])[0]
+    server_tls = tls.listener_tls(cfg, listener_name)
+    rpc.configure_client(tls.node_client_tls(cfg, [listener_name]))
     directory = metadata_dir(cfg)
     cluster_id = check_storage(directory, node_id)
     partition_dir = directory / METADATA_PARTITION_DIR
@@ -228,7 +234,8 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
                               host=host, tracer=tracer, registry=registry,
                               metrics_port=cfg.get_int("kraftlog.metrics.port"),
                               metrics_host=cfg.get_str("kraftlog.metrics.host"),
-                              shared=shared,
+                              shared=shared, server_tls=server_tls,
+                              controller_identity=tls.identities(cfg)[1],
                               broker_shutdown_s=cfg.get_int("broker.session.timeout.ms") / 1000)
         finally:
             registry.close()
@@ -242,16 +249,17 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
                host: controller_process.ControllerHost,
                tracer: tracing.Tracing, registry: metrics.MetricsRegistry, metrics_port: int,
                metrics_host: str, shared: shared_driver.SharedRaft | None = None,
+               server_tls: tls.ServerTls | None = None,
+               controller_identity: principal.NodePrincipal | None = None,
                broker_shutdown_s: float = 0.0) -> int:
-    servicer = transport.RaftServicer()
+    servicer = transport.RaftServicer(voter_identity=controller_identity,
+                                      voters=frozenset(voters))
     server: Any = transport.create_server(servicer, interceptors=(
-        grpc_tracing.server_interceptors(tracer.tracer) if tracer.enabled else ()))
+        grpc_tracing.server_interceptors(tracer.tracer) if tracer.enabled else ()),
+        server_tls=server_tls)
     health = health_server.ServerHealth(server, service=RAFT_SERVICE_NAME,
                                         reflected=("kraftlog.v1.ControllerService",))
-    try:
-        server.add_insecure_port(listen)
-    except RuntimeError as exc:
-        raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
+    rpc.bind(server, listen, server_tls=server_tls)
     raft_metrics = metrics.RaftMetrics(registry.registry, node_id=node_id, cluster_id=cluster_id)
     ctl_metrics = controller_metrics.ControllerMetrics(registry.registry)
     if metrics_port:

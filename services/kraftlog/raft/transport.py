@@ -37,7 +37,11 @@ request's) crosses the hop as ``traceparent``.
 
 Message-size limits are raised on both sides (:data:`MAX_MESSAGE_BYTES`) so a
 Fetch or FetchSnapshot answer of ``fetch_max_bytes`` plus one oversized batch
-fits. Loopback or plaintext only: no TLS yet.
+fits. Channels and the server come from :mod:`kraftlog.rpc` (TLS when configured); with
+mTLS on, a Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch or FetchSnapshot that names voter
+N is answered only for voter N's own certificate (``kraftlog.security.controller.principal``,
+default CN ``controller-N``): any other caller gets CLUSTER_AUTHORIZATION_FAILED in the
+response and the core never sees the request. Observers (brokers) may fetch under ids that are not voters.
 """
 
 from __future__ import annotations
@@ -51,23 +55,19 @@ from typing import Any, Protocol, cast
 import grpc
 import grpc.aio
 
-from kraftlog import errors, rpc_guard
+from kraftlog import errors, rpc, rpc_guard
 from kraftlog.raft import convert
 from kraftlog.raft import messages as m
+from kraftlog.security import principal, tls
 from kraftlog.v1 import common_pb2, raft_pb2, raft_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-"""Largest gRPC message sent or received, in bytes (gRPC's default is 4 MiB)."""
-STREAM_WINDOW_BYTES = 4 * 1024 * 1024
-"""HTTP/2 flow-control window each gRPC stream starts with (``grpc.http2.lookahead_bytes``).
-
-gRPC's 64 KiB default makes a 256 KiB-1 MiB message (a Produce, a Fetch answer) wait for
-window updates from the receiver several times on its way: on loopback, with 256 KiB
-messages, a 4 MiB window cut the CPU per call by ~12% on the sending side and ~10% on the
-receiving side (grpc.aio echo, malloc tuned as the brokers do)."""
-DEFAULT_MAX_RECONNECT_BACKOFF_MS = 1000
+# The shared gRPC settings live in kraftlog.rpc; these names stay for the raft callers.
+MAX_MESSAGE_BYTES = rpc.MAX_MESSAGE_BYTES
+DEFAULT_MAX_RECONNECT_BACKOFF_MS = rpc.DEFAULT_MAX_RECONNECT_BACKOFF_MS
+server_options = rpc.server_options
+channel_options = rpc.channel_options
 MAX_IDLE_FETCH_STREAMS = 1
 """FetchStream calls kept open per peer between fetches. One is in use at a time; a second
 opens only while a fetch sent before a role change is still parked at that peer."""
@@ -98,34 +98,34 @@ class ResponseSink(Protocol):
     def deliver_send_failure(self, destination: int, request: m.RaftRequest) -> None: ...
 
 
-def server_options() -> list[tuple[str, Any]]:
-    return [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
-            ("grpc.so_reuseport", 0)]
-
-
-def channel_options(*, retry_backoff_ms: int,
-                    max_reconnect_backoff_ms: int = DEFAULT_MAX_RECONNECT_BACKOFF_MS,
-                    ) -> list[tuple[str, Any]]:
-    ceiling = max(retry_backoff_ms, max_reconnect_backoff_ms)
-    return [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
-            ("grpc.initial_reconnect_backoff_ms", retry_backoff_ms),
-            ("grpc.min_reconnect_backoff_ms", retry_backoff_ms),
-            ("grpc.max_reconnect_backoff_ms", ceiling),
-            ("grpc.enable_retries", 0)]
-
-
 # -- server ---------------------------------------------------------------------------------------
 
 class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
     """RaftService backed by a :class:`RequestHandler`; attach one before serving traffic."""
 
-    def __init__(self, handler: RequestHandler | None = None) -> None:
+    def __init__(self, handler: RequestHandler | None = None, *,
+                 voter_identity: principal.NodePrincipal | None = None,
+                 voters: frozenset[int] = frozenset()) -> None:
         self.handler = handler
         self._invalid_log = rpc_guard.RateLimitedLog()
+        # With mTLS on: who may speak as voter N (the listener's interceptor names the
+        # caller; on a listener without client certificates there is no one to check).
+        self._voter_identity = voter_identity
+        self._voters = voters
+
+    def _impersonation(self, request: m.RaftRequest) -> convert.Invalid | None:
+        """A refusal when an authenticated caller names a voter it is not."""
+        peer = tls.current_peer()
+        if peer is None or self._voter_identity is None:
+            return None
+        source = convert.request_source(request)
+        if source not in self._voters or self._voter_identity.matches(peer, source):
+            return None
+        logger.warning("event=impersonation_refused rpc=%s named_voter=%d principal=%r "
+                       "expected=%r", type(request).__name__, source, peer.principal,
+                       self._voter_identity.expected(source))
+        return convert.Invalid(code=common_pb2.CLUSTER_AUTHORIZATION_FAILED,
+                               message=f"{peer.principal} may not act as voter {source}")
 
     async def _serve(self, request: convert.ProtoRequest, context: Any) -> convert.ProtoResponse:
         handler = self.handler
@@ -133,6 +133,8 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "raft driver not started yet")
             raise AssertionError("unreachable: abort raises")
         converted = convert.request_from_proto(request)
+        if not isinstance(converted, convert.Invalid):
+            converted = self._impersonation(converted) or converted
         if isinstance(converted, convert.Invalid):
             leader_id, epoch = handler.leader_and_epoch()
             rpc = type(request).__name__
@@ -203,12 +205,14 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
         return raft_pb2.UpdateRaftVoterResponse(error=error, current_leader=hint)
 
 
-def create_server(servicer: RaftServicer, *, interceptors: Sequence[Any] = ()) -> Any:
+def create_server(servicer: RaftServicer, *, interceptors: Sequence[Any] = (),
+                  server_tls: tls.ServerTls | None = None) -> Any:
     """A grpc.aio server with RaftService registered (not yet bound or started).
 
     ``interceptors`` (grpc.aio server interceptors) run for every service added later too,
-    e.g. trace-context extraction from :mod:`kraftlog.telemetry.grpc_tracing`."""
-    server = grpc.aio.server(options=server_options(), interceptors=list(interceptors) or None)
+    e.g. trace-context extraction from :mod:`kraftlog.telemetry.grpc_tracing`; with an
+    authenticating ``server_tls``, :mod:`kraftlog.rpc` puts authentication first."""
+    server = rpc.create_server(interceptors=interceptors, server_tls=server_tls)
     rpc_guard.add_service(lambda s: raft_pb2_grpc.add_RaftServiceServicer_to_server(servicer, s),
                           server)
     return server
@@ -258,8 +262,8 @@ class RaftPeers:
             target = self._endpoints.get(destination)
             if target is None:
                 return None
-            channel = grpc.aio.insecure_channel(target, options=self._options,
-                                                interceptors=self._interceptors)
+            channel = rpc.aio_channel(target, options=self._options,
+                                      interceptors=self._interceptors)
             self._channels[destination] = channel
             stub = self._stubs[destination] = raft_pb2_grpc.RaftServiceStub(channel)
         return stub
@@ -371,8 +375,7 @@ class RaftPeers:
 
 async def describe_quorum(target: str, *, timeout_s: float = 2.0) -> raft_pb2.DescribeQuorumResponse:
     """One DescribeQuorum call to ``host:port`` (tools and tests); gRPC errors propagate."""
-    async with grpc.aio.insecure_channel(target, options=channel_options(retry_backoff_ms=50)) \
-            as channel:
+    async with rpc.aio_channel(target) as channel:
         stub = raft_pb2_grpc.RaftServiceStub(channel)
         answer: raft_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
             raft_pb2.DescribeQuorumRequest(), timeout=timeout_s)
