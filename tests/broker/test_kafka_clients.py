@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,6 +26,17 @@ from typing import Any
 
 import pytest
 
+from kraftlog.error_codes import ErrorCode
+from kraftlog.protocol import api_keys, headers, wire
+from kraftlog.protocol.generated import (
+    api_versions,
+    fetch,
+    find_coordinator,
+    init_producer_id,
+    metadata,
+    produce,
+)
+from kraftlog.storage import record_batch
 from tests.dev_cluster import DevCluster
 
 KCAT = shutil.which("kcat")
@@ -145,3 +157,133 @@ def test_confluent_kafka_idempotent_acks_all_then_every_value_exactly_once(
         assert sum(tp.offset for tp in committed) == RECORDS
     finally:
         consumer.close()
+
+
+# -- the same cluster, spoken to request by request with our codecs ------------------------------
+
+class RawClient:
+    """One connection to a Kafka listener; requests at the versions a test names."""
+
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.correlation_id = 0
+
+    def call(self, request: Any, version: int) -> Any:
+        api = api_keys.SERVED[type(request).API_KEY]
+        self.correlation_id += 1
+        w = wire.Writer()
+        headers.write_request_header(w, headers.RequestHeader(
+            api_key=api.key, api_version=version, correlation_id=self.correlation_id,
+            client_id="raw"), flexible=api.flexible(version))
+        request.write(w, version)
+        self.sock.sendall(b"".join(headers.frame(w.parts())))
+        size = int.from_bytes(self._read(4), "big")
+        r = wire.Reader(self._read(size))
+        flexible = headers.response_header_flexible(api.key, body_flexible=api.flexible(version))
+        assert headers.read_response_header(r, flexible=flexible) == self.correlation_id
+        response = api.response.read(r, version)
+        r.expect_end("response")
+        return response
+
+    def _read(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            assert chunk, "the broker closed the connection"
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw(cluster: DevCluster) -> Iterator[RawClient]:
+    client = RawClient(kafka_bootstrap(cluster).split(",")[0])
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _leaders(raw: RawClient, topic: str) -> dict[int, int]:
+    answer = raw.call(metadata.MetadataRequest(topics=[metadata.MetadataRequestTopic(name=topic)]), 12)
+    return {p.partition_index: p.leader_id for p in answer.topics[0].partitions}
+
+
+def test_metadata_topic_lists_mean_what_each_version_says(raw: RawClient) -> None:
+    every_v0 = raw.call(metadata.MetadataRequest(topics=[]), 0)
+    assert {"kcat-topic", "idempotent"} <= {t.name for t in every_v0.topics}
+    none_v1 = raw.call(metadata.MetadataRequest(topics=[]), 1)
+    assert none_v1.topics == [] and len(none_v1.brokers) == 3
+    every_v1 = raw.call(metadata.MetadataRequest(topics=None), 1)
+    topic_id = next(t.topic_id for t in raw.call(metadata.MetadataRequest(topics=None), 12).topics
+                    if t.name == "idempotent")
+    by_id = raw.call(metadata.MetadataRequest(
+        topics=[metadata.MetadataRequestTopic(topic_id=topic_id, name=None)]), 12)
+    assert [(t.name, t.error_code) for t in by_id.topics] == [("idempotent", 0)]
+    assert {t.name for t in every_v1.topics} == {t.name for t in every_v0.topics}
+    unknown = raw.call(metadata.MetadataRequest(
+        topics=[metadata.MetadataRequestTopic(name="no-such-topic")]), 9)
+    assert unknown.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_produce_refusals_carry_kafkas_error_codes(cluster: DevCluster, raw: RawClient) -> None:
+    batch = record_batch.build_batch([record_batch.RecordInput(key=None, value=b"x")], now_ms=0)
+    leaders = _leaders(raw, "kcat-topic")
+    follower_partition = next(p for p, leader in leaders.items() if leader != 101)
+    request = produce.ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+        produce.TopicProduceData(name="kcat-topic", partition_data=[
+            produce.PartitionProduceData(index=follower_partition, records=batch)])])
+    answer = raw.call(request, 10)
+    [part] = answer.responses[0].partition_responses
+    # Broker 101 does not lead it: NOT_LEADER_OR_FOLLOWER with the leader and its endpoint.
+    assert part.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert part.current_leader.leader_id == leaders[follower_partition]
+    assert [(n.node_id, n.port) for n in answer.node_endpoints] == [
+        (leaders[follower_partition], cluster.base_port + 21 + leaders[follower_partition] - 101)]
+    request.acks = 2
+    refused = raw.call(request, 9).responses[0].partition_responses[0]
+    assert refused.error_code == ErrorCode.INVALID_REQUIRED_ACKS
+
+
+def test_fetch_sessions_are_refused_as_kafka_refuses_them_and_topic_ids_work(
+        raw: RawClient) -> None:
+    leaders = _leaders(raw, "kcat-topic")
+    led = next(p for p, leader in leaders.items() if leader == 101)
+    topic_id = next(t.topic_id for t in raw.call(metadata.MetadataRequest(topics=None), 12).topics
+                    if t.name == "kcat-topic")
+    batch = record_batch.build_batch([record_batch.RecordInput(key=None, value=b"by-id")], now_ms=1)
+    written = raw.call(produce.ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+        produce.TopicProduceData(name="kcat-topic", partition_data=[
+            produce.PartitionProduceData(index=led, records=batch)])]), 9)
+    appended = written.responses[0].partition_responses[0]
+    assert appended.error_code == 0 and appended.base_offset >= 0
+    full = raw.call(fetch.FetchRequest(max_wait_ms=0, min_bytes=0, session_epoch=0, topics=[
+        fetch.FetchTopic(topic_id=topic_id, partitions=[fetch.FetchPartition(
+            partition=led, fetch_offset=appended.base_offset, partition_max_bytes=1 << 20)])]), 16)
+    assert full.error_code == 0 and full.session_id == 0, "no session is created"
+    [topic] = full.responses
+    assert topic.topic_id == topic_id
+    [part] = topic.partitions
+    assert part.error_code == 0 and part.high_watermark == appended.base_offset + 1
+    [fetched] = record_batch.decode_batches(part.records)
+    assert (fetched.base_offset, [r.value for r in fetched.records]) == (
+        appended.base_offset, [b"by-id"])
+    incremental = raw.call(fetch.FetchRequest(session_id=12345, session_epoch=1), 16)
+    assert incremental.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_transactions_are_refused_not_half_served(raw: RawClient) -> None:
+    versions = raw.call(api_versions.ApiVersionsRequest(), 3)
+    assert {k.api_key for k in versions.api_keys} == set(api_keys.SERVED)
+    assert 24 not in {k.api_key for k in versions.api_keys}, "no AddPartitionsToTxn"
+    txn = raw.call(init_producer_id.InitProducerIdRequest(transactional_id="tx",
+                                                          transaction_timeout_ms=1000), 4)
+    assert txn.error_code == ErrorCode.INVALID_REQUEST
+    coordinator = raw.call(find_coordinator.FindCoordinatorRequest(
+        key_type=1, coordinator_keys=["tx"]), 4)
+    assert coordinator.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
+    plain = raw.call(init_producer_id.InitProducerIdRequest(transactional_id=None), 4)
+    assert plain.error_code == 0 and plain.producer_id >= 0 and plain.producer_epoch == 0
