@@ -6,7 +6,9 @@ One cluster for the module (1 controller, 3 brokers, admin service; topics RF 3,
   produces / consumes through them;
 * confluent-kafka (PyPI, librdkafka 2.16) produces with ``acks=all`` and
   ``enable.idempotence=true``, then a consumer reads every partition from the beginning:
-  every value exactly once, and the committed offsets read back.
+  every value exactly once, and the committed offsets read back; its AdminClient creates
+  and deletes a topic through a broker (forwarded to the controller, KIP-590);
+* requests at named versions with our own codecs check what each version means.
 
 scripts/test.sh installs kcat (as root) and the test extra pins confluent-kafka; without
 them these tests fail, not skip, in CI (``CI`` set), so a missing install step shows.
@@ -30,6 +32,7 @@ from kraftlog.error_codes import ErrorCode
 from kraftlog.protocol import api_keys, headers, wire
 from kraftlog.protocol.generated import (
     api_versions,
+    create_topics,
     fetch,
     find_coordinator,
     init_producer_id,
@@ -133,6 +136,7 @@ def test_confluent_kafka_idempotent_acks_all_then_every_value_exactly_once(
         producer.poll(0)
     assert producer.flush(30) == 0
     assert not errors and sorted(acked) == sorted(values)
+    del producer
 
     consumer = confluent_kafka.Consumer({
         "bootstrap.servers": bootstrap, "group.id": "exactly-once-check",
@@ -287,3 +291,27 @@ def test_transactions_are_refused_not_half_served(raw: RawClient) -> None:
     assert coordinator.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
     plain = raw.call(init_producer_id.InitProducerIdRequest(transactional_id=None), 4)
     assert plain.error_code == 0 and plain.producer_id >= 0 and plain.producer_epoch == 0
+
+
+def test_confluent_kafka_admin_creates_and_deletes_topics_through_a_broker(
+        cluster: DevCluster, raw: RawClient) -> None:
+    _require("confluent-kafka", confluent_kafka is not None)
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
+    created = admin.create_topics([NewTopic("made-by-admin", num_partitions=2,
+                                            replication_factor=3)], operation_timeout=10)
+    assert created["made-by-admin"].result(timeout=30) is None
+    again = admin.create_topics([NewTopic("made-by-admin", num_partitions=2,
+                                          replication_factor=3)], operation_timeout=10)
+    with pytest.raises(confluent_kafka.KafkaException, match=r"TOPIC_ALREADY_EXISTS|already exists"):
+        again["made-by-admin"].result(timeout=30)
+    described = cluster.cli_json("topics", "describe", "--topic", "made-by-admin")
+    assert json.dumps(described).count("made-by-admin") >= 1
+    deleted = admin.delete_topics(["made-by-admin"], operation_timeout=10)
+    assert deleted["made-by-admin"].result(timeout=30) is None
+    del admin  # librdkafka's handle goes now, not when the cluster is already down
+    # Named twice in one request: refused, as Kafka refuses it, and nothing is created.
+    twice = raw.call(create_topics.CreateTopicsRequest(timeout_ms=5000, topics=[
+        create_topics.CreatableTopic(name="twice", num_partitions=1, replication_factor=1)] * 2), 7)
+    assert [(t.name, t.error_code) for t in twice.topics] == [("twice", ErrorCode.INVALID_REQUEST)]

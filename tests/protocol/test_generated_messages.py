@@ -5,7 +5,8 @@ and byte-identical to what real clients (kcat / librdkafka 2.0, confluent-kafka 
 The golden frames in ``golden_requests.json`` were captured by a logging TCP proxy between
 each client and a kraftlog broker's Kafka listener (1 broker, topic ``golden``,
 ``client.id=golden``): kcat producing ``hello`` idempotently with acks=all and consuming it,
-confluent-kafka producing ``world`` and consuming both with a committed offset.
+confluent-kafka producing ``world`` and consuming both with a committed offset, and its
+AdminClient creating and deleting ``golden-admin2``.
 """
 
 from __future__ import annotations
@@ -252,6 +253,11 @@ def _check_meaning(key: api_keys.ApiKey, version: int, request: Any) -> None:
                 for p in t.partitions] == [(0, 2)]
     elif key is api_keys.ApiKey.OFFSET_FETCH:
         assert [g.group_id for g in request.groups] == ["golden-group"]
+    elif key is api_keys.ApiKey.CREATE_TOPICS:
+        [topic] = request.topics
+        assert (topic.name, topic.num_partitions, topic.replication_factor) == ("golden-admin2", 2, 1)
+    elif key is api_keys.ApiKey.DELETE_TOPICS:
+        assert request.topic_names == ["golden-admin2"]
 
 
 def test_the_golden_frames_cover_both_clients_and_every_served_api_but_none() -> None:

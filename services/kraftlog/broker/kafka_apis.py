@@ -20,6 +20,9 @@ What differs from the gRPC front door, as Kafka's broker does it:
   session cache is full: a full fetch is answered with session id 0 (the client keeps
   sending full fetches), an incremental one with FETCH_SESSION_ID_NOT_FOUND. Fetches from
   replicas (replica id >= 0) are refused: replication runs over gRPC.
+* CreateTopics and DeleteTopics are forwarded to the active controller (KIP-590), which
+  validates and decides; Metadata names this broker as the controller, so admin clients
+  send them here.
 * Transactions are not served: InitProducerId with a transactional id and FindCoordinator
   for a TRANSACTION key answer INVALID_REQUEST, and ApiVersions lists no transaction API.
 
@@ -39,14 +42,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
+from kraftlog.broker import kafka_admin_convert, purgatory
 from kraftlog.broker import partition as partition_mod
-from kraftlog.broker import purgatory
 from kraftlog.broker import replica_manager as rm
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
 from kraftlog.protocol import api_keys
 from kraftlog.protocol.generated import (
     api_versions,
+    create_topics,
+    delete_topics,
     fetch,
     find_coordinator,
     init_producer_id,
@@ -74,6 +79,9 @@ EARLIEST_TIMESTAMP = -2
 INIT_PRODUCER_ID_MAX_WAIT_S = 5.0
 DEFAULT_FETCH_MAX_BYTES = 50 * 1024 * 1024
 COORDINATOR_KEY_TYPE_GROUP = 0
+FORWARD_MIN_WAIT_S = 5.0
+"""A forwarded admin request waits at least this long for the controller (its timeout_ms
+is how long the controller may take; 0 asks it not to wait at all)."""
 INTERNAL_TOPICS = frozenset({go.GROUP_METADATA_TOPIC_NAME})
 
 
@@ -94,6 +102,7 @@ class KafkaApis:
                  ready: Callable[[], bool] = lambda: True,
                  producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None,
                  groups: gcd.GroupCoordinatorDriver | None = None,
+                 controller: Callable[[str, Any, float], Awaitable[Any]] | None = None,
                  monotonic_s: Callable[[], float]) -> None:
         self.data = data
         self.broker_id = broker_id
@@ -103,6 +112,9 @@ class KafkaApis:
         self._producer_ids = producer_ids
         self.groups = groups
         self._monotonic_s = monotonic_s
+        # (ControllerService method, its protobuf request, deadline as monotonic_s()) -> the
+        # active controller's answer; raises TimeoutError when none answered (KIP-590).
+        self._controller = controller
         self._handlers: dict[int, Callable[[str, int, Any], Awaitable[object]]] = {
             api_keys.ApiKey.API_VERSIONS: self.handle_api_versions,
             api_keys.ApiKey.METADATA: self.handle_metadata,
@@ -113,6 +125,8 @@ class KafkaApis:
             api_keys.ApiKey.OFFSET_COMMIT: self.handle_offset_commit,
             api_keys.ApiKey.OFFSET_FETCH: self.handle_offset_fetch,
             api_keys.ApiKey.INIT_PRODUCER_ID: self.handle_init_producer_id,
+            api_keys.ApiKey.CREATE_TOPICS: self.handle_create_topics,
+            api_keys.ApiKey.DELETE_TOPICS: self.handle_delete_topics,
         }
         missing = set(api_keys.SERVED) - set(self._handlers)
         assert not missing, f"served APIs without a handler: {missing}"
@@ -603,6 +617,72 @@ class KafkaApis:
                     "previous_producer_id=%d listener=kafka", self.broker_id, producer_id,
                     request.producer_id)
         return answer(ErrorCode.NONE, producer_id, 0)
+
+
+    # -- CreateTopics / DeleteTopics: forwarded to the active controller (KIP-590) ---------------
+
+    def _deadline(self, timeout_ms: int) -> float:
+        return self._monotonic_s() + max(FORWARD_MIN_WAIT_S, min(timeout_ms, 60_000) / 1000)
+
+    async def handle_create_topics(self, listener: str, version: int,
+                                   request: create_topics.CreateTopicsRequest
+                                   ) -> create_topics.CreateTopicsResponse:
+        names = [t.name for t in request.topics]
+        duplicates = {name for name in names if names.count(name) > 1}
+        unique = [t for t in request.topics if t.name not in duplicates]
+        results: dict[str, create_topics.CreatableTopicResult] = {
+            name: create_topics.CreatableTopicResult(
+                name=name, error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"topic {name!r} is named more than once in the request")
+            for name in duplicates}
+        if unique:
+            wanted = [t.name for t in unique]
+            if self._controller is None:
+                answered = [create_topics.CreatableTopicResult(
+                    name=name, error_code=ErrorCode.NOT_CONTROLLER,
+                    error_message="this broker does not forward to the controller")
+                    for name in wanted]
+            else:
+                try:
+                    answer = await self._controller("CreateTopics", kafka_admin_convert.create_topics_request(
+                        unique, timeout_ms=max(0, request.timeout_ms),
+                        validate_only=request.validate_only), self._deadline(request.timeout_ms))
+                    answered = kafka_admin_convert.create_topics_results(answer, wanted)
+                except TimeoutError:
+                    answered = [create_topics.CreatableTopicResult(
+                        name=name, error_code=ErrorCode.REQUEST_TIMED_OUT,
+                        error_message="no active controller answered in time")
+                        for name in wanted]
+            results.update((r.name, r) for r in answered)
+        ordered = list(dict.fromkeys(names))
+        return create_topics.CreateTopicsResponse(topics=[results[name] for name in ordered])
+
+    async def handle_delete_topics(self, listener: str, version: int,
+                                   request: delete_topics.DeleteTopicsRequest
+                                   ) -> delete_topics.DeleteTopicsResponse:
+        topics: list[tuple[str | None, Uuid]] = (
+            [(t.name, t.topic_id) for t in request.topics] if version >= 6
+            else [(name, ZERO_UUID) for name in request.topic_names])
+        if not topics:
+            return delete_topics.DeleteTopicsResponse()
+        if self._controller is None:
+            return delete_topics.DeleteTopicsResponse(responses=[
+                delete_topics.DeletableTopicResult(name=name, topic_id=topic_id,
+                                                   error_code=ErrorCode.NOT_CONTROLLER)
+                for name, topic_id in topics])
+        try:
+            answer = await self._controller("DeleteTopics", kafka_admin_convert.delete_topics_request(
+                topics, timeout_ms=max(0, request.timeout_ms)), self._deadline(request.timeout_ms))
+        except TimeoutError:
+            return delete_topics.DeleteTopicsResponse(responses=[
+                delete_topics.DeletableTopicResult(name=name, topic_id=topic_id,
+                                                   error_code=ErrorCode.REQUEST_TIMED_OUT)
+                for name, topic_id in topics])
+        results = kafka_admin_convert.delete_topics_results(answer, topics)
+        if version < 6:
+            for result in results:
+                result.name = result.name or ""
+        return delete_topics.DeleteTopicsResponse(responses=results)
 
 
 def api_versions_response(error: ErrorCode) -> api_versions.ApiVersionsResponse:

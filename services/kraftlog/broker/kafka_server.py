@@ -14,8 +14,9 @@ Owns :class:`KafkaListener` (one asyncio server per listener endpoint named in
   which answers UNSUPPORTED_VERSION with the served list at version 0 (KIP-511), so the
   client can retry at a version we serve;
 * a malformed frame (a size out of range, a header or body that does not decode at its
-  version, bytes left over) closes that connection with one log line and touches nothing
-  else; so does a handler failure (a bug: logged with its traceback).
+  version) closes that connection with one log line and touches nothing else; so does a
+  handler failure (a bug: logged with its traceback). Bytes after a whole body are
+  ignored, as Kafka ignores them (librdkafka relies on it, see ``_handle_frame``).
 
 Callers: :mod:`kraftlog.broker.process` (wiring: start after the gRPC server, stop
 before the data plane). Edge module: asyncio sockets.
@@ -149,7 +150,9 @@ class KafkaConnection(asyncio.Protocol):
             reader = wire.Reader(frame)
             header = headers.read_request_header(reader, flexible=api.flexible(version))
             request = api.request.read(reader, version)
-            reader.expect_end(type(request).__name__)
+            # Bytes after the body are ignored, as Kafka's broker ignores them: librdkafka
+            # 2.x sends its all-topics Metadata (v9+) with a 4-byte array count where a
+            # 1-byte compact one belongs, and Kafka reads it as null topics and stops.
         except wire.MalformedMessage as exc:
             self.close(f"malformed api_key={api_key} api_version={version} "
                        f"correlation_id={correlation_id}: {exc}")

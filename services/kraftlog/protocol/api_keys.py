@@ -7,7 +7,7 @@ other unknown key or version closes the connection, as Kafka's broker does.
 
 Each range starts at the first version that carries RecordBatch v2 or the current offsets
 storage where that matters (Produce 3, Fetch 4, ListOffsets 1, OffsetCommit 2,
-OffsetFetch 1: the minimums Kafka 4.0 keeps, KIP-896) and ends at the last version whose
+OffsetFetch 1, CreateTopics 2, DeleteTopics 1: the minimums Kafka 4.0 keeps, KIP-896) and ends at the last version whose
 semantics kraftlog implements; the generated codecs cover exactly these ranges.
 
 Callers: :mod:`kraftlog.broker.kafka_listener`, :mod:`kraftlog.broker.kafka_apis`. Pure.
@@ -22,6 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 from kraftlog.protocol import wire
 from kraftlog.protocol.generated import (
     api_versions,
+    create_topics,
+    delete_topics,
     fetch,
     find_coordinator,
     init_producer_id,
@@ -44,6 +46,8 @@ class ApiKey(enum.IntEnum):
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
 
 
@@ -93,6 +97,10 @@ SERVED: dict[int, Api] = {api.key: api for api in (
         response=find_coordinator.FindCoordinatorResponse),
     Api(key=ApiKey.API_VERSIONS, request=api_versions.ApiVersionsRequest,
         response=api_versions.ApiVersionsResponse),
+    Api(key=ApiKey.CREATE_TOPICS, request=create_topics.CreateTopicsRequest,
+        response=create_topics.CreateTopicsResponse),
+    Api(key=ApiKey.DELETE_TOPICS, request=delete_topics.DeleteTopicsRequest,
+        response=delete_topics.DeleteTopicsResponse),
     Api(key=ApiKey.INIT_PRODUCER_ID, request=init_producer_id.InitProducerIdRequest,
         response=init_producer_id.InitProducerIdResponse),
 )}
