@@ -839,6 +839,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     kafka_apis_ = kafka_apis.KafkaApis(data, broker_id=node_id, cluster_id=cluster_id,
                                        image=lambda: loader.image, ready=lambda: lifecycle.ready,
                                        producer_ids=allocate_producer_id, groups=groups,
+                                       controller=lambda method, request, deadline_s: client.call(
+                                           method, request, deadline_s=deadline_s),
                                        monotonic_s=time.monotonic)
     kafka = [kafka_server.KafkaListener(kafka_apis_, name=e.listener_name, host=e.host, port=e.port,
                                         broker_id=node_id,
