@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import random
 import shutil
 import socket
 import subprocess
@@ -201,6 +202,12 @@ class RawClient:
     def close(self) -> None:
         self.sock.close()
 
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @pytest.fixture
 def raw(cluster: DevCluster) -> Iterator[RawClient]:
@@ -315,3 +322,33 @@ def test_confluent_kafka_admin_creates_and_deletes_topics_through_a_broker(
     twice = raw.call(create_topics.CreateTopicsRequest(timeout_ms=5000, topics=[
         create_topics.CreatableTopic(name="twice", num_partitions=1, replication_factor=1)] * 2), 7)
     assert [(t.name, t.error_code) for t in twice.topics] == [("twice", ErrorCode.INVALID_REQUEST)]
+
+
+def test_mutated_client_requests_get_answers_or_a_closed_connection_never_a_crash(
+        cluster: DevCluster) -> None:
+    """Real clients' requests (the golden frames) with random bytes flipped, each on its own
+    connection: the broker answers or closes that connection; no handler fails, no process
+    exits, and the listener serves afterwards."""
+    golden = json.loads((pathlib.Path(__file__).parents[1] / "protocol" /
+                         "golden_requests.json").read_text())
+    rng = random.Random(21)
+    address = kafka_bootstrap(cluster).split(",")[0]
+    host, port = address.rsplit(":", 1)
+    outcomes = {"answered": 0, "closed": 0, "silent": 0}
+    for _ in range(150):
+        frame = bytearray(bytes.fromhex(rng.choice(golden)["frame"]))
+        for _ in range(rng.randint(1, 4)):
+            frame[rng.randrange(4, len(frame))] = rng.randrange(256)  # keep the API key
+        with socket.create_connection((host, int(port)), timeout=2) as sock:
+            sock.sendall(len(frame).to_bytes(4, "big") + frame)
+            try:
+                outcomes["answered" if sock.recv(4) else "closed"] += 1
+            except TimeoutError:
+                outcomes["silent"] += 1  # e.g. acks=0, or a long-poll fetch still waiting
+    assert outcomes["answered"] > 0 and outcomes["closed"] > 0, outcomes
+    logs = cluster.logs()
+    assert "kafka_request_failed" not in logs, logs
+    status = cluster.status()
+    assert all(node["state"] == "running" for node in status["nodes"]), status
+    with RawClient(address) as client:
+        assert len(client.call(metadata.MetadataRequest(topics=None), 12).brokers) == 3
