@@ -20,6 +20,8 @@ Startup, in order (Kafka's BrokerServer):
    broker is registered, caught up and unfenced. The same port serves the AdminService
    (:func:`kraftlog.admin.admin_service.serve_on`, forwarding to the active controller
    of ``controller.quorum.voters``), so tools take ``--bootstrap-server BROKER`` (KIP-590);
+   the listeners named in ``kraftlog.kafka.listener.names`` (default ``KAFKA``) speak Kafka's
+   binary protocol instead (:mod:`.kafka_server`, :mod:`.kafka_apis`: the same data plane);
 5. send the leaders' pending ISR changes to the controller as AlterPartition (one
    request per batch of proposals; answers fed back to the partitions);
 6. write ``replication-offset-checkpoint`` (high watermarks) every
@@ -730,6 +732,10 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                store: qss.FileQuorumStateStore | None, tracer: tracing.Tracing,
                shared: shared_driver.SharedRaft | None = None) -> int:
     listener_name = cfg.get_str("inter.broker.listener.name")
+    if listener_name in {e.listener_name for e in kafka_listeners}:
+        raise errors.ConfigError(f"inter.broker.listener.name {listener_name} is a Kafka-protocol "
+                                 f"listener ({kafka_server.LISTENER_NAMES}); brokers replicate "
+                                 "over a gRPC one")
     if listener_name not in {e.listener_name for e in advertised}:
         raise errors.ConfigError(f"inter.broker.listener.name {listener_name} is not among the "
                                  f"advertised listeners "
