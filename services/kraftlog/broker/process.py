@@ -728,7 +728,8 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
 
 async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], cluster_id: str,
                listeners: list[common_pb2.Endpoint], advertised: list[common_pb2.Endpoint],
-               kafka_listeners: list[common_pb2.Endpoint], log_dirs: list[pathlib.Path], dir_ids: list[Uuid], raft_log: StorageRaftLog | None,
+               kafka_listeners: list[common_pb2.Endpoint], log_dirs: list[pathlib.Path],
+               dir_ids: list[Uuid], raft_log: StorageRaftLog | None,
                store: qss.FileQuorumStateStore | None, tracer: tracing.Tracing,
                shared: shared_driver.SharedRaft | None = None) -> int:
     listener_name = cfg.get_str("inter.broker.listener.name")
