@@ -693,9 +693,16 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
     advertised = [e for e in parse_listeners(cfg.get_list("advertised.listeners")
                                              or cfg.get_list("listeners"))
                   if e.listener_name not in controller_names]
+    if cfg.get_str("inter.broker.listener.name") in kafka_names:
+        raise errors.ConfigError(f"inter.broker.listener.name {cfg.get_str('inter.broker.listener.name')} "
+                                 f"is a Kafka-protocol listener ({kafka_server.LISTENER_NAMES}); "
+                                 "brokers replicate over a gRPC one")
+    # gRPC endpoints first: tools and the admin service dial a broker's first registered one.
+    advertised.sort(key=lambda e: e.listener_name in kafka_names)
     if not listeners or not advertised:
-        raise errors.ConfigError("listeners has no broker listener (only "
-                                 f"controller.listener.names {sorted(controller_names)})")
+        raise errors.ConfigError("listeners has no gRPC broker listener (only "
+                                 f"controller.listener.names {sorted(controller_names)} and "
+                                 f"{kafka_server.LISTENER_NAMES} {sorted(kafka_names)})")
     log_dirs = [pathlib.Path(d) for d in cfg.get_list("log.dirs")]
     meta_dir = pathlib.Path(cfg.get_str("metadata.log.dir") or log_dirs[0])
     cluster_id = raft_commands.check_storage(meta_dir, node_id)
@@ -733,10 +740,6 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                store: qss.FileQuorumStateStore | None, tracer: tracing.Tracing,
                shared: shared_driver.SharedRaft | None = None) -> int:
     listener_name = cfg.get_str("inter.broker.listener.name")
-    if listener_name in {e.listener_name for e in kafka_listeners}:
-        raise errors.ConfigError(f"inter.broker.listener.name {listener_name} is a Kafka-protocol "
-                                 f"listener ({kafka_server.LISTENER_NAMES}); brokers replicate "
-                                 "over a gRPC one")
     if listener_name not in {e.listener_name for e in advertised}:
         raise errors.ConfigError(f"inter.broker.listener.name {listener_name} is not among the "
                                  f"advertised listeners "
