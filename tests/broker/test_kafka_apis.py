@@ -13,7 +13,11 @@ import pathlib
 import time
 from typing import Any
 
-from kraftlog.broker import kafka_apis
+import pytest
+
+from kraftlog import config as kconfig
+from kraftlog import errors
+from kraftlog.broker import kafka_apis, process
 from kraftlog.error_codes import ErrorCode
 from kraftlog.protocol.generated import fetch, list_offsets, metadata, produce
 from kraftlog.storage import record_batch as rb
@@ -106,3 +110,18 @@ def test_list_offsets_and_metadata_answer_from_the_partition_and_the_image(
         TP.topic, TOPIC_ID, [1])
     # A listener no broker registered: no broker to offer.
     assert run(apis.handle("KAFKA", 3, 12, metadata.MetadataRequest(topics=[]))).brokers == []
+
+
+@pytest.mark.parametrize(("listeners", "extra", "error"), [
+    ("KAFKA://127.0.0.1:9092", {}, "no gRPC broker listener"),
+    ("PLAINTEXT://127.0.0.1:9091,KAFKA://127.0.0.1:9092",
+     {"inter.broker.listener.name": "KAFKA"}, "brokers replicate over a gRPC one"),
+])
+def test_a_broker_needs_a_grpc_listener_to_replicate_over(
+        tmp_path: pathlib.Path, listeners: str, extra: dict[str, str], error: str) -> None:
+    props = {"node.id": "7", "process.roles": "broker", "log.dirs": str(tmp_path),
+             "controller.quorum.voters": "1@127.0.0.1:9093", "listeners": listeners, **extra}
+    raw, sources = kconfig.parse_properties("".join(f"{k}={v}\n" for k, v in props.items()))
+    cfg = process.BROKER_CONFIG.parse(raw, sources=sources)
+    with pytest.raises(errors.ConfigError, match=error):
+        asyncio.run(process._serve(cfg, shared=None))
