@@ -19,6 +19,12 @@ if ! command -v nft >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null) \
     || echo "==> could not install nftables; e2e/faults will skip its fault-injection runs" >&2
 fi
+# tests/broker/test_kafka_clients.py talks to the Kafka listeners with kcat (librdkafka).
+if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "==> installing kcat (Debian package)"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null) \
+    || echo "==> could not install kcat; tests/broker/test_kafka_clients.py will fail its kcat tests" >&2
+fi
 py="$root/.venv/bin/python"
 echo "==> ruff"
 "$py" -m ruff check services tests bench scripts e2e

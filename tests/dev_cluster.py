@@ -22,12 +22,12 @@ COMMAND_TIMEOUT_S = 120
 
 
 def free_base_port() -> int:
-    """A base port whose whole dev range (base .. base+20) is free right now."""
+    """A base port whose whole dev range (base .. base+29, Kafka listeners included) is free right now."""
     for _ in range(50):
         base = random.randrange(20000, 32700, 100)  # below the ephemeral range
         sockets = []
         try:
-            for port in range(base, base + 21):
+            for port in range(base, base + 30):
                 s = socket.socket()
                 sockets.append(s)
                 s.bind(("127.0.0.1", port))

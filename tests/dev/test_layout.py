@@ -32,6 +32,10 @@ def test_default_nodes_names_and_ports(tmp_path: pathlib.Path) -> None:
     assert [n.port for n in layout.nodes] == [19091, 19092, 19093, 19101, 19102, 19103, 19090]
     assert layout.voters == "1@127.0.0.1:19091,2@127.0.0.1:19092,3@127.0.0.1:19093"
     assert layout.bootstrap_servers == "127.0.0.1:19101,127.0.0.1:19102,127.0.0.1:19103"
+    # Kafka clients: each broker's KAFKA listener, its gRPC port + 10.
+    assert layout.kafka_bootstrap_servers == "127.0.0.1:19111,127.0.0.1:19112,127.0.0.1:19113"
+    assert ("listeners=PLAINTEXT://127.0.0.1:19101,KAFKA://127.0.0.1:19111"
+            in layout.config_text(layout.find("broker-101")).splitlines())
     assert len({n.port for n in make(tmp_path, controllers=5, brokers=9).nodes}) == 15
 
 

@@ -20,6 +20,8 @@ Startup, in order (Kafka's BrokerServer):
    broker is registered, caught up and unfenced. The same port serves the AdminService
    (:func:`kraftlog.admin.admin_service.serve_on`, forwarding to the active controller
    of ``controller.quorum.voters``), so tools take ``--bootstrap-server BROKER`` (KIP-590);
+   the listeners named in ``kraftlog.kafka.listener.names`` (default ``KAFKA``) speak Kafka's
+   binary protocol instead (:mod:`.kafka_server`, :mod:`.kafka_apis`: the same data plane);
 5. send the leaders' pending ISR changes to the controller as AlterPartition (one
    request per batch of proposals; answers fed back to the partitions);
 6. write ``replication-offset-checkpoint`` (high watermarks) every
@@ -78,7 +80,15 @@ from typing import Any
 from kraftlog import config as kconfig
 from kraftlog import errors, health_server, malloc_tuning, rpc, rpc_guard
 from kraftlog.admin import admin_service
-from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
+from kraftlog.broker import (
+    clean_shutdown,
+    controller_client,
+    fetcher_driver,
+    kafka_apis,
+    kafka_server,
+    log_cleaner,
+    server,
+)
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
@@ -234,6 +244,7 @@ BROKER_CONFIG = kconfig.ConfigDef([
                           "record buffers below it are reused from the heap instead of fresh, "
                           "page-faulted mmaps; 0 = glibc's defaults"),
     *gcd.CONFIG_KEYS,
+    *kafka_server.CONFIG_KEYS,
     *log_cleaner.CONFIG_KEYS,
     *security_config.SERVER_CONFIG_KEYS,
     *metrics.CONFIG_KEYS,
@@ -677,14 +688,30 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
                                  "an id outside controller.quorum.voters (or run both roles "
                                  "in one process with 'kraftlog server')")
     controller_names = set(cfg.get_list("controller.listener.names"))
-    listeners = [e for e in parse_listeners(cfg.get_list("listeners"))
-                 if e.listener_name not in controller_names]
+    kafka_names = set(cfg.get_list(kafka_server.LISTENER_NAMES))
+    all_listeners = [e for e in parse_listeners(cfg.get_list("listeners"))
+                     if e.listener_name not in controller_names]
+    kafka_listeners = [e for e in all_listeners if e.listener_name in kafka_names]
+    listeners = [e for e in all_listeners if e.listener_name not in kafka_names]  # gRPC
     advertised = [e for e in parse_listeners(cfg.get_list("advertised.listeners")
                                              or cfg.get_list("listeners"))
                   if e.listener_name not in controller_names]
+    if cfg.get_str("inter.broker.listener.name") in kafka_names:
+        raise errors.ConfigError(f"inter.broker.listener.name {cfg.get_str('inter.broker.listener.name')} "
+                                 f"is a Kafka-protocol listener ({kafka_server.LISTENER_NAMES}); "
+                                 "brokers replicate over a gRPC one")
+    protocols = security_config.parse_protocol_map(cfg.get_list("listener.security.protocol.map"))
+    for e in kafka_listeners:
+        if security_config.listener_protocol(protocols, e.listener_name) \
+                is not security_config.Protocol.PLAINTEXT:
+            raise errors.ConfigError(f"listener {e.listener_name} is a Kafka-protocol listener: it "
+                                     "serves PLAINTEXT only so far (no SSL or SASL on it yet)")
+    # gRPC endpoints first: tools and the admin service dial a broker's first registered one.
+    advertised.sort(key=lambda e: e.listener_name in kafka_names)
     if not listeners or not advertised:
-        raise errors.ConfigError("listeners has no broker listener (only "
-                                 f"controller.listener.names {sorted(controller_names)})")
+        raise errors.ConfigError("listeners has no gRPC broker listener (only "
+                                 f"controller.listener.names {sorted(controller_names)} and "
+                                 f"{kafka_server.LISTENER_NAMES} {sorted(kafka_names)})")
     log_dirs = [pathlib.Path(d) for d in cfg.get_list("log.dirs")]
     meta_dir = pathlib.Path(cfg.get_str("metadata.log.dir") or log_dirs[0])
     cluster_id = raft_commands.check_storage(meta_dir, node_id)
@@ -703,6 +730,7 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
         try:
             return await _run(cfg, node_id=node_id, voters=voters, cluster_id=cluster_id,
                               listeners=listeners, advertised=advertised, log_dirs=log_dirs,
+                              kafka_listeners=kafka_listeners,
                               dir_ids=dir_ids, raft_log=raft_log, store=store, tracer=tracer,
                               shared=shared)
         finally:
@@ -716,7 +744,8 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
 
 async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], cluster_id: str,
                listeners: list[common_pb2.Endpoint], advertised: list[common_pb2.Endpoint],
-               log_dirs: list[pathlib.Path], dir_ids: list[Uuid], raft_log: StorageRaftLog | None,
+               kafka_listeners: list[common_pb2.Endpoint], log_dirs: list[pathlib.Path],
+               dir_ids: list[Uuid], raft_log: StorageRaftLog | None,
                store: qss.FileQuorumStateStore | None, tracer: tracing.Tracing,
                shared: shared_driver.SharedRaft | None = None) -> int:
     listener_name = cfg.get_str("inter.broker.listener.name")
@@ -831,6 +860,16 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      ready=lambda: lifecycle.ready,
                                      producer_ids=allocate_producer_id, groups=groups,
                                      broker_identity=tls.identities(cfg)[0])
+    kafka_apis_ = kafka_apis.KafkaApis(data, broker_id=node_id, cluster_id=cluster_id,
+                                       image=lambda: loader.image, ready=lambda: lifecycle.ready,
+                                       producer_ids=allocate_producer_id, groups=groups,
+                                       controller=lambda method, request, deadline_s: client.call(
+                                           method, request, deadline_s=deadline_s),
+                                       monotonic_s=time.monotonic)
+    kafka = [kafka_server.KafkaListener(kafka_apis_, name=e.listener_name, host=e.host, port=e.port,
+                                        broker_id=node_id,
+                                        max_request_bytes=cfg.get_int("socket.request.max.bytes"))
+             for e in kafka_listeners]
     grpc_server = server.create_server(servicer, interceptors=grpc_tracing.data_path_interceptors(
         tracer.tracer if tracer.enabled else None,
         broker_metrics.observe_request if broker_metrics is not None else None),
@@ -852,6 +891,13 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      f"{cfg.get_str('kraftlog.metrics.host')}:{metrics_port}: "
                                      f"{exc}") from None
     await grpc_server.start()
+    for listener in kafka:
+        try:
+            await listener.start()
+        except OSError as exc:
+            await grpc_server.stop(None)
+            raise errors.ConfigError(f"cannot listen on {listener.host}:{listener.port} "
+                                     f"({listener.name}): {exc}") from None
     await health.start(serving=False)
     data.start()
     groups.start()
@@ -993,6 +1039,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             logger.info("broker=%d event=controlled_shutdown completed=%s", node_id, done_ok)
     finally:
         await health.shutdown()
+        for listener in kafka:
+            await listener.stop()
         await lifecycle.stop()
         await fetchers.stop()
         await groups.stop()

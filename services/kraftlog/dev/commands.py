@@ -93,7 +93,12 @@ def _print_next_steps(layout: lay.Layout, quorum: proc.QuorumView) -> None:
     print(f"""
 The cluster is up. Active controller: {quorum.leader_id} (epoch {quorum.epoch}).
   controller.quorum.voters = {layout.voters}
-  bootstrap.servers        = {layout.bootstrap_servers}""")
+  bootstrap.servers        = {layout.bootstrap_servers}   (kraftlog tools, gRPC)""")
+    if layout.serves_kafka:
+        print(f"  Kafka clients (kcat, librdkafka, Java): "
+              f"bootstrap.servers={layout.kafka_bootstrap_servers}")
+    else:
+        print("  Kafka listener: off with --security (it speaks plaintext only so far)")
     if layout.with_admin:
         print(f"  admin service            = "
               f"{layout.endpoint(layout.of_role(lay.Role.ADMIN)[0])}")

@@ -43,6 +43,8 @@ TLS_DIR = "tls"
 CLIENT_PROPERTIES = "client.properties"
 CLIENT_CERTIFICATE = "client"
 CLIENT_COMMON_NAME = "admin"
+KAFKA_PORT_OFFSET = 10
+"""A broker's Kafka listener (``KAFKA://``) is on its gRPC port + this (19111-19113 by default)."""
 
 # Timeouts that suit a laptop: a dead broker is fenced within seconds, a dead controller
 # replaced within about a second. Kafka's defaults (18 s sessions) are made for real networks.
@@ -140,8 +142,8 @@ class Layout:
                                      f"not {self.controllers}")
         if not 1 <= self.brokers <= MAX_BROKERS:
             raise errors.ConfigError(f"--brokers must be 1..{MAX_BROKERS}, not {self.brokers}")
-        if not 1024 <= self.base_port <= 65535 - 20:
-            raise errors.ConfigError(f"--base-port must be 1024..{65535 - 20}, "
+        if not 1024 <= self.base_port <= 65535 - KAFKA_PORT_OFFSET - MAX_BROKERS:
+            raise errors.ConfigError(f"--base-port must be 1024..{65535 - KAFKA_PORT_OFFSET - MAX_BROKERS}, "
                                      f"not {self.base_port}")
 
     @property
@@ -169,6 +171,15 @@ class Layout:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(self.endpoint(n) for n in self.of_role(Role.BROKER))
+
+    def kafka_endpoint(self, node: Node) -> str:
+        """A broker's Kafka listener, for Kafka clients (kcat, librdkafka, the Java client)."""
+        return f"{self.host}:{node.port + KAFKA_PORT_OFFSET}"
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        """``bootstrap.servers`` for Kafka clients."""
+        return ",".join(self.kafka_endpoint(n) for n in self.of_role(Role.BROKER))
 
     def find(self, name: str) -> Node:
         """The node called ``name`` (``controller-1``, ``broker-101``, ``admin``) or with
@@ -251,7 +262,7 @@ class Layout:
         elif node.role is Role.BROKER:
             lines += [f"node.id={node.node_id}", "process.roles=broker",
                       f"controller.quorum.voters={self.voters}",
-                      f"listeners={self.broker_listener}://{self.endpoint(node)}",
+                      f"listeners={self.broker_listeners(node)}",
                       f"log.dirs={self.data_dir(node)}"]
             lines += [f"{k}={v}" for k, v in {**BROKER_SETTINGS, **self.topic_defaults,
                                                 **dict(self.broker_config)}.items()]
@@ -264,6 +275,18 @@ class Layout:
     @property
     def broker_listener(self) -> str:
         return "SSL" if self.security == "mtls" else "PLAINTEXT"
+
+    @property
+    def serves_kafka(self) -> bool:
+        """The Kafka listener speaks plaintext only (no SSL or SASL on it yet), so a
+        secured cluster does not open it: it would be a door around the mTLS checks."""
+        return self.security == "none"
+
+    def broker_listeners(self, node: Node) -> str:
+        listeners = f"{self.broker_listener}://{self.endpoint(node)}"
+        if self.serves_kafka:
+            listeners += f",KAFKA://{self.kafka_endpoint(node)}"
+        return listeners
 
     # -- cluster.json -----------------------------------------------------------------------
 
