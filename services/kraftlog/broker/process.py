@@ -17,7 +17,9 @@ Startup, in order (Kafka's BrokerServer):
 3. register with the active controller and heartbeat (:mod:`.controller_client`);
 4. serve BrokerService and gRPC health on the first ``listeners`` entry: "liveness"
    is SERVING once the server runs; "" and ``kraftlog.v1.BrokerService`` once the
-   broker is registered, caught up and unfenced. The same port serves the AdminService
+   broker is registered, caught up and unfenced; "in-sync" once it is also in the ISR of
+   the partitions it hosts, or has been out of it ``kraftlog.readiness.isr.timeout.ms``
+   (:mod:`.readiness`; the Helm chart's readiness probe). The same port serves the AdminService
    (:func:`kraftlog.admin.admin_service.serve_on`, forwarding to the active controller
    of ``controller.quorum.voters``), so tools take ``--bootstrap-server BROKER`` (KIP-590);
 5. send the leaders' pending ISR changes to the controller as AlterPartition (one
@@ -64,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -81,6 +84,7 @@ from kraftlog.admin import admin_service
 from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import readiness as broker_readiness
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
@@ -149,6 +153,10 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="metadata.log.dir", type=_S, default=None,
                       doc="directory holding __cluster_metadata-0; default: first of log.dirs"),
     kconfig.ConfigKey(name="broker.rack", type=_S, default="", doc="this broker's rack"),
+    kconfig.ConfigKey(name="kraftlog.readiness.isr.timeout.ms", type=_I, default=300_000,
+                      validator=kconfig.at_least(0),
+                      doc="the 'in-sync' health service turns SERVING after this long out of "
+                          "the ISR of a hosted partition (kraftlog.broker.readiness)"),
     kconfig.ConfigKey(name="broker.heartbeat.interval.ms", type=_I, default=2000,
                       validator=kconfig.at_least(1), doc="ms between broker heartbeats"),
     kconfig.ConfigKey(name="broker.session.timeout.ms", type=_I, default=9000,
@@ -241,6 +249,10 @@ BROKER_CONFIG = kconfig.ConfigDef([
 for _name, _key in raft_commands.CONTROLLER_CONFIG.keys().items():
     if _name.startswith("controller.quorum.") and _name != "controller.quorum.voters":
         BROKER_CONFIG.define(_key)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 def wall_ms() -> int:
@@ -847,6 +859,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      f"{exc}") from None
     await grpc_server.start()
     await health.start(serving=False)
+    await health.set_named(health_server.IN_SYNC_SERVICE_NAME, False)
     data.start()
     groups.start()
     if shared is None:
@@ -856,15 +869,34 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                 listen, cluster_id, ",".join(f"{v}@{e}" for v, e in sorted(voters.items())),
                 os.getpid())
 
+    gate = broker_readiness.InSyncGate(timeout_ms=cfg.get_int("kraftlog.readiness.isr.timeout.ms"))
+
     async def publish_health() -> None:
+        in_sync: bool | None = None
         while True:
-            await health_changed.wait()
+            # Woken by metadata (ISR changes) and lifecycle changes; while a timeout is
+            # pending, also when it expires. One O(partitions) scan per wake-up at most.
+            deadline_ms = gate.next_deadline_ms()
+            timeout_s = (None if deadline_ms is None
+                         else max(0.0, deadline_ms - monotonic_ms()) / 1000 + 0.01)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(health_changed.wait(), timeout_s)
             health_changed.clear()
             serving = lifecycle.ready
             if await health.set_serving(serving):
                 logger.info("broker=%d event=health serving=%s broker_epoch=%d "
                             "metadata_offset=%d", node_id, serving, lifecycle.broker_epoch,
                             loader.image.provenance.last_offset)
+            lagging = (list(broker_readiness.out_of_sync(loader.image, node_id)) if serving else [])
+            ready = gate.update(now_ms=monotonic_ms(), base_ready=serving,
+                                lagging=len(lagging))
+            if ready != in_sync:
+                in_sync = ready
+                await health.set_named(health_server.IN_SYNC_SERVICE_NAME, ready)
+                logger.info("broker=%d event=health service=%s serving=%s timed_out=%s "
+                            "out_of_isr=%s", node_id, health_server.IN_SYNC_SERVICE_NAME, ready,
+                            gate.timed_out, ",".join(f"{p.topic_name}-{p.partition_id}"
+                                                     for p in lagging[:10]) or "-")
 
     async def send_alter_partitions() -> None:
         while True:
