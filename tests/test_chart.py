@@ -79,8 +79,19 @@ def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=HELM_TIMEOUT_S, check=False, cwd=REPO)
 
 
+CLUSTER_ID = "QUJDREVGR0hJSktMTU5PUA"
+"""An offline render (helm template) needs a cluster id from values: the tests' own."""
+
+
 def value_args(value_set: str, sets: Mapping[str, str] | None = None) -> list[str]:
-    args = [] if value_set == "default" else ["-f", str(CHART / "ci" / value_set)]
+    args = []
+    if value_set != "default":
+        args += ["-f", str(CHART / "ci" / value_set)]
+    # --set beats -f whatever the order: only where the overlay has no clusterId of its own.
+    overlay = {} if value_set == "default" else yaml.safe_load(
+        (CHART / "ci" / value_set).read_text()) or {}
+    if "clusterId" not in overlay and "clusterId" not in (sets or {}):
+        args += ["--set", f"clusterId={CLUSTER_ID}"]
     for key, value in (sets or {}).items():
         args += ["--set", f"{key}={value}"]
     return args
@@ -254,9 +265,16 @@ def test_probes_are_grpc_health_checks_on_the_serving_port(role: str, port: int)
     main = container(pod, role)
     assert main["readinessProbe"]["grpc"]["port"] == port
     assert main["livenessProbe"]["grpc"] == {"port": port, "service": "liveness"}
-    if role == "broker":
-        # Ready = registered, unfenced, caught up: the broker flips this service.
-        assert main["readinessProbe"]["grpc"]["service"] == "kraftlog.v1.BrokerService"
+    # The roll-safe readiness the process serves (kraftlog.health_server): a broker back
+    # in the ISR of what it hosts, a controller caught up to the leader's high watermark.
+    from kraftlog import health_server
+    assert main["readinessProbe"]["grpc"]["service"] == {
+        "broker": health_server.IN_SYNC_SERVICE_NAME,
+        "controller": health_server.CAUGHT_UP_SERVICE_NAME}[role]
+    # The startup probe covers log recovery (before gRPC serves): liveness waits for it.
+    startup = main["startupProbe"]
+    assert startup["grpc"] == {"port": port, "service": "liveness"}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
     admin = container(find(render(), "Deployment", f"{RELEASE}-admin")["spec"]["template"]["spec"],
                       "admin")
     assert admin["readinessProbe"]["grpc"]["port"] == 9095
@@ -387,15 +405,31 @@ def test_format_init_container_takes_a_cluster_id_that_starts_with_a_dash(
     assert meta["cluster.id"] == cluster_id
 
 
-def test_generated_cluster_id_is_a_kafka_uuid_and_values_win() -> None:
-    generated = _secret_cluster_id(render())
-    assert len(generated) == 22
-    assert len(base64.urlsafe_b64decode(generated + "==")) == 16
+def test_offline_render_without_a_cluster_id_fails_saying_what_to_set() -> None:
+    # helm template (Argo CD, CI) cannot look up the Secret that keeps a generated id, so
+    # a generated id would change on every render and orphan every formatted volume.
+    stderr = render_fails()
+    assert "clusterId or existingClusterIdSecret must be set" in stderr, stderr
+    assert "helm template" in stderr
+    # Lint renders offline too; it reports the template's fail as information and passes.
+    proc = run_helm("lint", "--strict", str(CHART))
+    assert proc.returncode == 0, proc.stdout
+    assert "clusterId or existingClusterIdSecret" in proc.stdout + proc.stderr
+
+
+def test_cluster_id_from_values_or_an_existing_secret() -> None:
     secret = find(render(), "Secret", f"{RELEASE}-cluster-id")
+    assert base64.b64decode(secret["data"]["cluster-id"]).decode() == CLUSTER_ID
     # Kept on uninstall with the PVCs: a new id would orphan every volume.
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert _secret_cluster_id(render("values-5-controllers.yaml")) == "MkU3OEVBNTcwNTJENDM2Qg"
-    docs = render(existingClusterIdSecret="mine")
+    # Rendered twice: the same id (what GitOps tools need).
+    assert _render_cached("default", ()) == run_helm(
+        "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *value_args("default")).stdout
+    proc = run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    "--set", "existingClusterIdSecret=mine")
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     assert not [d for d in docs if d["kind"] == "Secret"]
     fmt = container(find(docs, "StatefulSet", f"{RELEASE}-controller")["spec"]["template"]["spec"],
                     "format", init=True)
@@ -433,6 +467,12 @@ def test_admin_properties_hold_only_keys_the_admin_command_reads(tmp_path: pathl
     assert not cfg.unused(), cfg.unused()
     assert cfg.get_int("request.timeout.ms") == 2000
     assert server_commands.listen_address(cfg) == "0.0.0.0:9095"
+
+
+def test_in_sync_readiness_timeout_reaches_the_broker_config() -> None:
+    assert properties(render(), "broker")["kraftlog.readiness.isr.timeout.ms"] == "300000"
+    docs = render(**{"broker.readiness.isrTimeoutSeconds": "45"})
+    assert properties(docs, "broker")["kraftlog.readiness.isr.timeout.ms"] == "45000"
 
 
 def test_broker_pod_config_is_accepted_by_the_broker_command(tmp_path: pathlib.Path) -> None:
