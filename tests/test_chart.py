@@ -475,6 +475,76 @@ def test_in_sync_readiness_timeout_reaches_the_broker_config() -> None:
     assert properties(docs, "broker")["kraftlog.readiness.isr.timeout.ms"] == "45000"
 
 
+def test_zone_spread_is_soft_by_default_and_hard_in_the_rack_overlay() -> None:
+    for value_set, when in (("default", "ScheduleAnyway"), ("values-rack-awareness.yaml",
+                                                            "DoNotSchedule")):
+        for role in ("controller", "broker"):
+            pod = find(render(value_set), "StatefulSet",
+                       f"{RELEASE}-{role}")["spec"]["template"]["spec"]
+            [spread] = pod["topologySpreadConstraints"]
+            assert (spread["topologyKey"], spread["whenUnsatisfiable"], spread["maxSkew"]) == (
+                "topology.kubernetes.io/zone", when, 1)
+            assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == role
+    pod = find(render(**{"broker.topologySpread": ""}), "StatefulSet",
+               f"{RELEASE}-broker")["spec"]["template"]["spec"]
+    assert "topologySpreadConstraints" not in pod
+
+
+def test_rack_awareness_is_off_by_default() -> None:
+    docs = render()
+    assert not [d for d in docs if d["kind"] in {"ClusterRole", "ClusterRoleBinding"}]
+    pod = find(docs, "StatefulSet", f"{RELEASE}-broker")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["config", "format"]
+
+
+def test_rack_init_container_reads_the_node_zone_with_get_nodes_only(
+        tmp_path: pathlib.Path) -> None:
+    from kraftlog import cli
+    from kraftlog.broker import process as broker_process
+
+    docs = render("values-rack-awareness.yaml")
+    role = find(docs, "ClusterRole", f"{NAMESPACE}-{RELEASE}-node-reader")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = find(docs, "ClusterRoleBinding", f"{NAMESPACE}-{RELEASE}-node-reader")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE,
+                                    "namespace": NAMESPACE}]
+    sts = find(docs, "StatefulSet", f"{RELEASE}-broker")
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == RELEASE
+    assert [c["name"] for c in pod["initContainers"]] == ["rack", "config", "format"]
+    rack = container(pod, "rack", init=True)
+    assert rack["env"] == [{"name": "NODE_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    # The arguments are ones the command takes.
+    args = cli.build_parser(["broker-rack"]).parse_args(rack["args"])
+    assert (args.node, args.label, args.output) == (
+        "$(NODE_NAME)", "topology.kubernetes.io/zone", "/etc/kraftlog/rack.properties")
+    # The API token reaches the rack container only; the pod does not automount it.
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert pod["automountServiceAccountToken"] is False
+    mounts = {c["name"]: {m["mountPath"] for m in c.get("volumeMounts", [])}
+              for c in [*pod["initContainers"], *pod["containers"]]}
+    assert [name for name, paths in mounts.items() if token_path in paths] == ["rack"]
+    sources = next(v for v in pod["volumes"] if v["name"] == "kube-api-access")["projected"]
+    assert {next(iter(src)) for src in sources["sources"]} == {
+        "serviceAccountToken", "configMap", "downwardAPI"}
+    # The config init container takes the rack file into server.properties.
+    (tmp_path / "template").mkdir()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "template" / "broker.properties").write_text(
+        find(docs, "ConfigMap", f"{RELEASE}-config")["data"]["broker.properties"])
+    (tmp_path / "etc" / "rack.properties").write_text("broker.rack=eu-west-1b\n")
+    proc = _run_init(container(pod, "config", init=True)["args"][0],
+                     pod_name=f"{RELEASE}-broker-0", env=_kraftlog_on_path(tmp_path),
+                     remap={"/etc/kraftlog/template": tmp_path / "template",
+                            "/etc/kraftlog": tmp_path / "etc"})
+    assert proc.returncode == 0, proc.stderr
+    cfg = config.load(broker_process.BROKER_CONFIG, tmp_path / "etc" / "server.properties")
+    assert cfg.get_str("broker.rack") == "eu-west-1b"
+    assert not cfg.unused(), cfg.unused()
+
+
 def test_broker_pod_config_is_accepted_by_the_broker_command(tmp_path: pathlib.Path) -> None:
     from kraftlog.broker import process as broker_process
 

@@ -73,6 +73,7 @@ annotations:
 {{- define "kraftlog.broker.headless" -}}{{ include "kraftlog.fullname" . }}-broker-headless{{- end -}}
 {{- define "kraftlog.admin.fullname" -}}{{ include "kraftlog.fullname" . }}-admin{{- end -}}
 {{- define "kraftlog.jaeger.fullname" -}}{{ include "kraftlog.fullname" . }}-jaeger{{- end -}}
+{{- define "kraftlog.nodeReader" -}}{{ printf "%s-%s-node-reader" .Release.Namespace (include "kraftlog.fullname" .) | trunc 63 | trimSuffix "-" }}{{- end -}}
 {{- define "kraftlog.configmap" -}}{{ include "kraftlog.fullname" . }}-config{{- end -}}
 
 {{- define "kraftlog.clusterIdSecret" -}}
@@ -172,6 +173,19 @@ podAntiAffinity:
           matchLabels:
             {{- include "kraftlog.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 12 }}
 {{- end }}
+{{- end -}}
+
+{{/* A soft or hard spread over zones; call with (dict "ctx" $ "component" "broker" "when" "ScheduleAnyway"). */}}
+{{- define "kraftlog.zoneSpread" -}}
+{{- if .when -}}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: {{ .when }}
+    labelSelector:
+      matchLabels:
+        {{- include "kraftlog.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
+{{- end -}}
 {{- end -}}
 
 {{/* gRPC probe; call with (dict "probe" .Values.controller.readinessProbe "port" 9093). */}}
