@@ -545,6 +545,41 @@ def test_rack_init_container_reads_the_node_zone_with_get_nodes_only(
     assert not cfg.unused(), cfg.unused()
 
 
+def _notes(tmp_path: pathlib.Path, *sets: str) -> str:
+    """NOTES.txt rendered offline (helm template skips it): the chart copied with the notes
+    wrapped in a define that a ConfigMap includes."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text(
+        '{{- define "test.notes" }}' + notes + "{{- end }}")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n'
+        'data:\n  text: {{ include "test.notes" . | toJson }}\n')
+    proc = run_helm("template", RELEASE, str(chart), "--namespace", NAMESPACE,
+                    "--show-only", "templates/notes.yaml", "--set", f"clusterId={CLUSTER_ID}",
+                    *sets)
+    assert proc.returncode == 0, proc.stderr
+    text: str = yaml.safe_load(proc.stdout)["data"]["text"]
+    return text
+
+
+def test_notes_say_to_decommission_the_last_broker_before_scaling_down(
+        tmp_path: pathlib.Path) -> None:
+    from kraftlog import cli
+
+    notes = _notes(tmp_path, "--set", "broker.replicaCount=4")
+    assert "BEFORE lowering\nbroker.replicaCount from 4 to 3" in notes
+    [line] = [ln.strip() for ln in notes.splitlines() if "cluster decommission" in ln]
+    argv = line.split()
+    assert argv[0] == "kraftlog"
+    args = cli.build_parser(argv[1:]).parse_args(argv[1:])
+    assert (args.broker, args.throttle) == (103, 50_000_000)  # ordinal 3 + nodeIdOffset 100
+    assert "--set broker.replicaCount=3" in notes
+    assert 'readiness probe, service "in-sync"' in notes
+
+
 def test_broker_pod_config_is_accepted_by_the_broker_command(tmp_path: pathlib.Path) -> None:
     from kraftlog.broker import process as broker_process
 
