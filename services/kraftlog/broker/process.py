@@ -873,9 +873,12 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
 
     async def publish_health() -> None:
         in_sync: bool | None = None
+        # The last scan and the topics image it read: images share unchanged parts, so an
+        # image with the same topics object (NoOp records, configs, heartbeats) needs none.
+        scanned: tuple[object, list[im.PartitionInfo]] | None = None
         while True:
             # Woken by metadata (ISR changes) and lifecycle changes; while a timeout is
-            # pending, also when it expires. One O(partitions) scan per wake-up at most.
+            # pending, also when it expires. One O(partitions) scan per topics change at most.
             deadline_ms = gate.next_deadline_ms()
             timeout_s = (None if deadline_ms is None
                          else max(0.0, deadline_ms - monotonic_ms()) / 1000 + 0.01)
@@ -887,7 +890,10 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                 logger.info("broker=%d event=health serving=%s broker_epoch=%d "
                             "metadata_offset=%d", node_id, serving, lifecycle.broker_epoch,
                             loader.image.provenance.last_offset)
-            lagging = (list(broker_readiness.out_of_sync(loader.image, node_id)) if serving else [])
+            if serving and (scanned is None or scanned[0] is not loader.image.topics):
+                scanned = (loader.image.topics,
+                           list(broker_readiness.out_of_sync(loader.image, node_id)))
+            lagging = scanned[1] if serving and scanned is not None else []
             ready = gate.update(now_ms=monotonic_ms(), base_ready=serving,
                                 lagging=len(lagging))
             if ready != in_sync:
