@@ -99,6 +99,7 @@ class Settings:
     rollout_timeout_s: float
     step_timeout_s: float
     produce_interval_s: float
+    min_racks: int = 0
 
 
 def default_namespace() -> str:
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds each drill step may take (120)")
     parser.add_argument("--produce-interval", type=_positive(float), default=0.02, metavar="S",
                         help="pause between produced records (0.02)")
+    parser.add_argument("--min-racks", type=int, default=0, metavar="N",
+                        help="fail unless the brokers report at least N distinct racks "
+                             "(broker.rackAwareness on zoned nodes; default 0: no check)")
     return parser
 
 
@@ -195,7 +199,7 @@ def parse_args(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
         min_insync_replicas=args.min_insync_replicas, broker_id_offset=args.broker_id_offset,
         in_cluster=in_cluster, kubeconfig=args.kubeconfig, context=args.context,
         rollout_timeout_s=args.rollout_timeout, step_timeout_s=args.step_timeout,
-        produce_interval_s=args.produce_interval)
+        produce_interval_s=args.produce_interval, min_racks=max(0, args.min_racks))
 
 
 # -- rollout status (pure: the API objects as dicts) ---------------------------------------------
@@ -693,6 +697,18 @@ class Drill:
                 raise DriverError(f"{exc}: {last[0] if last else ''}") from None
             logger.info("rolled out: %s", what)
 
+    async def check_racks(self) -> dict[int, str]:
+        """Broker id -> rack (the chart's rack init container sets it from the node's zone);
+        a DriverError when fewer than ``--min-racks`` distinct racks show."""
+        described = await self.admin(lambda a: a.describe_cluster())
+        racks = {b.broker_id: b.rack for b in described.brokers}
+        self.report["racks"] = {str(b): r for b, r in sorted(racks.items())}
+        distinct = {r for r in racks.values() if r}
+        if len(distinct) < self.s.min_racks:
+            raise DriverError(f"the brokers report {len(distinct)} rack(s) {sorted(distinct)}, "
+                              f"fewer than --min-racks {self.s.min_racks}: {racks}")
+        return racks
+
     async def live_brokers(self) -> dict[int, str]:
         """Unfenced broker id -> its advertised host:port."""
         described = await self.admin(lambda a: a.describe_cluster())
@@ -863,6 +879,7 @@ class Drill:
                                    what="registered brokers")
         leader, epoch = await self.quorum()
         self.report["initial"] = {"brokers": sorted(brokers), "leader": leader, "epoch": epoch}
+        await self.check_racks()
         await self.create_topic()
         writer = Writer(list(brokers.values()), s.topic, s.produce_interval_s)
         writer.start()

@@ -8,6 +8,7 @@ import without the ``kubernetes`` package.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import pathlib
@@ -244,6 +245,29 @@ def test_audit_catches_lost_and_overwritten_records() -> None:
     assert not result.ok
     assert result.lost == ((b"b", (0, 1)),)
     assert result.replaced == ((b"c", (1, 0), b"x"), (b"d", (1, 1), None))
+
+
+def test_rack_check_counts_distinct_non_empty_racks() -> None:
+    from types import SimpleNamespace
+
+    class Admin:
+        async def describe_cluster(self) -> Any:
+            return SimpleNamespace(brokers=[SimpleNamespace(broker_id=b, rack=r) for b, r in
+                                            ((100, "zone-a"), (101, "zone-b"), (102, "zone-a"),
+                                             (103, ""))])
+
+    def drill(*argv: str) -> Any:
+        settings = driver.parse_args(["--kubeconfig", "/nonexistent", *argv], environ={})
+        d = driver.Drill(settings, kube=None)  # type: ignore[arg-type]
+        d.admin = lambda call, timeout_ms=0: call(Admin())  # type: ignore[method-assign]
+        return d
+
+    ok = drill("--min-racks", "2")
+    assert asyncio.run(ok.check_racks())[103] == ""
+    assert ok.report["racks"] == {"100": "zone-a", "101": "zone-b", "102": "zone-a", "103": ""}
+    with pytest.raises(driver.DriverError, match="2 rack"):
+        asyncio.run(drill("--min-racks", "3").check_racks())
+    asyncio.run(drill().check_racks())  # default: no check
 
 
 def test_roll_check_counts_only_not_enough_replicas_refusals() -> None:
