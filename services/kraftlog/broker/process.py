@@ -144,7 +144,8 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
                       doc="the controller voter set, id@host:port,..."),
     kconfig.ConfigKey(name="listeners", type=_L, default=None, required=True,
-                      doc="NAME://host:port,...; the first is served and registered"),
+                      doc="NAME://host:port,...; each broker listener is served (Metadata on it names "
+                          "its listener's endpoints) and registered"),
     kconfig.ConfigKey(name="advertised.listeners", type=_L, default=None,
                       doc="NAME://host:port,... registered for clients and other brokers "
                           "(default: listeners)"),
@@ -666,6 +667,34 @@ class _Publisher:
             self._tracer.start_span(name, attributes=attributes, links=links).end()
 
 
+def _extra_listener_servers(extra: list[common_pb2.Endpoint],
+                            advertised: list[common_pb2.Endpoint],
+                            servicer_for: Callable[[str], server.BrokerServicer],
+                            admin_settings: admin_service.AdminSettings,
+                            ) -> tuple[list[Any], list[Any]]:
+    """A gRPC server (BrokerService + AdminService, bound, not started) per further broker
+    listener, e.g. the Helm chart's EXTERNAL one. gRPC does not tell a servicer which port a
+    call came in on, and Metadata and leader hints must name the endpoints of the listener
+    the client connected to (Kafka's rule), so each listener gets a servicer of its own."""
+    names = {e.listener_name for e in advertised}
+    servers: list[Any] = []
+    locators: list[Any] = []
+    for endpoint in extra:
+        if endpoint.listener_name not in names:
+            raise errors.ConfigError(f"listener {endpoint.listener_name} is not in "
+                                     f"advertised.listeners {sorted(names)}: clients of it "
+                                     "could not be told where to connect")
+        grpc_server = server.create_server(servicer_for(endpoint.listener_name))
+        locators.append(admin_service.serve_on(grpc_server, admin_settings))
+        address = f"{endpoint.host or '0.0.0.0'}:{endpoint.port}"
+        try:
+            grpc_server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise errors.ConfigError(f"cannot listen on {address}: {exc}") from None
+        servers.append(grpc_server)
+    return servers, locators
+
+
 async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
     """Run the broker until SIGTERM/SIGINT; with ``shared`` (combined mode) it listens to
     the co-located controller's raft driver instead of fetching the log as an observer,
@@ -849,6 +878,15 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         grpc_server.add_insecure_port(listen)
     except RuntimeError as exc:
         raise errors.ConfigError(f"cannot listen on {listen}: {exc}") from None
+    extra_servers, extra_locators = _extra_listener_servers(
+        listeners[1:], advertised, lambda name: server.BrokerServicer(
+            data, broker_id=node_id, cluster_id=cluster_id, image=lambda: loader.image,
+            controller_id=lambda: loader.leader_id, listener_name=name,
+            log_dirs=[str(d) for d in log_dirs], ready=lambda: lifecycle.ready,
+            producer_ids=allocate_producer_id, groups=groups),
+        admin_service.AdminSettings(bootstrap_controllers=tuple(voters.values()),
+                                    voters=voters,
+                                    request_timeout_ms=settings.request_timeout_ms))
     if registry is not None:
         try:
             registry.serve(metrics_port, cfg.get_str("kraftlog.metrics.host"))
@@ -858,6 +896,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      f"{cfg.get_str('kraftlog.metrics.host')}:{metrics_port}: "
                                      f"{exc}") from None
     await grpc_server.start()
+    for extra_server in extra_servers:
+        await extra_server.start()
     await health.start(serving=False)
     await health.set_named(health_server.IN_SYNC_SERVICE_NAME, False)
     data.start()
@@ -1037,7 +1077,11 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await producer_id_allocator.close()
         await client.close()
         await rpc_guard.stop_server(grpc_server, SHUTDOWN_GRACE_S)
+        for extra_server in extra_servers:
+            await rpc_guard.stop_server(extra_server, SHUTDOWN_GRACE_S)
         await admin_locator.close()
+        for locator in extra_locators:
+            await locator.close()
         if checkpoint_write is not None:
             await asyncio.gather(checkpoint_write, return_exceptions=True)
         logs.write_checkpoints(manager.high_watermarks())
