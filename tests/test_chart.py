@@ -490,6 +490,75 @@ def test_zone_spread_is_soft_by_default_and_hard_in_the_rack_overlay() -> None:
     assert "topologySpreadConstraints" not in pod
 
 
+def test_external_access_gives_each_broker_a_service_and_an_advertised_external_listener(
+        tmp_path: pathlib.Path) -> None:
+    from kraftlog.broker import process as broker_process
+
+    docs = render("values-external-access.yaml")
+    for ordinal, (host, node_port) in enumerate(
+            [("node-a.example.com", 31090), ("node-b.example.com", 31091),
+             ("node-c.example.com", 31092)]):
+        svc = find(docs, "Service", f"{RELEASE}-broker-{ordinal}-external")
+        assert svc["spec"]["type"] == "NodePort"
+        assert svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == \
+            f"{RELEASE}-broker-{ordinal}"
+        [port] = svc["spec"]["ports"]
+        assert (port["nodePort"], port["targetPort"]) == (node_port, "external")
+        # The pod's init container advertises exactly that address on EXTERNAL.
+        sts = find(docs, "StatefulSet", f"{RELEASE}-broker")
+        pod = sts["spec"]["template"]["spec"]
+        assert {p["name"]: p["containerPort"] for p in container(pod, "broker")["ports"]}[
+            "external"] == 9094
+        work = tmp_path / str(ordinal)
+        (work / "template").mkdir(parents=True)
+        (work / "etc").mkdir()
+        (work / "template" / "broker.properties").write_text(
+            find(docs, "ConfigMap", f"{RELEASE}-config")["data"]["broker.properties"])
+        proc = _run_init(container(pod, "config", init=True)["args"][0],
+                         pod_name=f"{RELEASE}-broker-{ordinal}", env=_kraftlog_on_path(work),
+                         remap={"/etc/kraftlog/template": work / "template",
+                                "/etc/kraftlog": work / "etc"})
+        assert proc.returncode == 0, proc.stderr
+        cfg = config.load(broker_process.BROKER_CONFIG, work / "etc" / "server.properties")
+        assert cfg.get_list("listeners") == ["PLAINTEXT://0.0.0.0:9092", "EXTERNAL://0.0.0.0:9094"]
+        assert cfg.get_list("advertised.listeners")[1] == f"EXTERNAL://{host}:{node_port}"
+        assert "EXTERNAL:PLAINTEXT" in cfg.get_list("listener.security.protocol.map")
+        assert cfg.get_str("inter.broker.listener.name") == "PLAINTEXT"
+        assert not cfg.unused(), cfg.unused()
+    # A pod beyond the listed addresses refuses to start rather than advertise nothing.
+    proc = _run_init(container(pod, "config", init=True)["args"][0],
+                     pod_name=f"{RELEASE}-broker-7", env=_kraftlog_on_path(work),
+                     remap={"/etc/kraftlog/template": work / "template",
+                            "/etc/kraftlog": work / "etc"})
+    assert proc.returncode != 0 and "no broker.externalAccess entry" in proc.stderr
+    lb = render(**{"broker.externalAccess.enabled": "true",
+                   "broker.externalAccess.type": "LoadBalancer",
+                   "broker.externalAccess.advertisedHosts": "{a.lb,b.lb,c.lb}"})
+    svc = find(lb, "Service", f"{RELEASE}-broker-2-external")
+    assert svc["spec"]["type"] == "LoadBalancer" and "nodePort" not in svc["spec"]["ports"][0]
+    assert 'external="c.lb:9094"' in container(find(lb, "StatefulSet", f"{RELEASE}-broker")[
+        "spec"]["template"]["spec"], "config", init=True)["args"][0]
+    assert not [d for d in render() if d["metadata"]["name"].endswith("-external")]
+    # With the NetworkPolicy on, the EXTERNAL port stays open to outside clients.
+    policy = find(render("values-external-access.yaml", **{
+        "networkPolicy.enabled": "true", "networkPolicy.allowExternal": "false"}),
+        "NetworkPolicy", f"{RELEASE}-broker")
+    assert {"ports": [{"port": 9094, "protocol": "TCP"}]} in policy["spec"]["ingress"]
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (("broker.externalAccess.advertisedHosts={a,b}",),
+     "broker.externalAccess.advertisedHosts has 2 entries for 3 brokers"),
+    (("broker.externalAccess.advertisedHosts={a,b,c}", "broker.externalAccess.nodePorts={31000}"),
+     "broker.externalAccess.nodePorts has 1 entries for 3 brokers"),
+])
+def test_external_access_needs_an_address_per_broker(sets: tuple[str, ...], message: str) -> None:
+    args = ["--set", f"clusterId={CLUSTER_ID}", "--set", "broker.externalAccess.enabled=true"]
+    for item in sets:
+        args += ["--set", item]
+    assert message in render_fails(*args)
+
+
 def test_rack_awareness_is_off_by_default() -> None:
     docs = render()
     assert not [d for d in docs if d["kind"] in {"ClusterRole", "ClusterRoleBinding"}]
@@ -578,6 +647,14 @@ def test_notes_say_to_decommission_the_last_broker_before_scaling_down(
     assert (args.broker, args.throttle) == (103, 50_000_000)  # ordinal 3 + nodeIdOffset 100
     assert "--set broker.replicaCount=3" in notes
     assert 'readiness probe, service "in-sync"' in notes
+
+
+def test_notes_show_the_external_bootstrap_without_a_port_forward(
+        tmp_path: pathlib.Path) -> None:
+    notes = _notes(tmp_path, "-f", str(CHART / "ci" / "values-external-access.yaml"))
+    assert ("export KRAFTLOG_BOOTSTRAP_SERVER=node-a.example.com:31090,"
+            "node-b.example.com:31091,node-c.example.com:31092") in notes
+    assert "From outside the cluster" not in _notes(tmp_path / "plain")
 
 
 def test_broker_pod_config_is_accepted_by_the_broker_command(tmp_path: pathlib.Path) -> None:
