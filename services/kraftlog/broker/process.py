@@ -22,6 +22,8 @@ Startup, in order (Kafka's BrokerServer):
    (:mod:`.readiness`; the Helm chart's readiness probe). The same port serves the AdminService
    (:func:`kraftlog.admin.admin_service.serve_on`, forwarding to the active controller
    of ``controller.quorum.voters``), so tools take ``--bootstrap-server BROKER`` (KIP-590);
+   every further broker listener (e.g. EXTERNAL) gets BrokerService and AdminService on a
+   gRPC server of its own, whose Metadata names that listener's endpoints;
 5. send the leaders' pending ISR changes to the controller as AlterPartition (one
    request per batch of proposals; answers fed back to the partitions);
 6. write ``replication-offset-checkpoint`` (high watermarks) every
