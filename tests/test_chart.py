@@ -79,8 +79,19 @@ def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=HELM_TIMEOUT_S, check=False, cwd=REPO)
 
 
+CLUSTER_ID = "QUJDREVGR0hJSktMTU5PUA"
+"""An offline render (helm template) needs a cluster id from values: the tests' own."""
+
+
 def value_args(value_set: str, sets: Mapping[str, str] | None = None) -> list[str]:
-    args = [] if value_set == "default" else ["-f", str(CHART / "ci" / value_set)]
+    args = []
+    if value_set != "default":
+        args += ["-f", str(CHART / "ci" / value_set)]
+    # --set beats -f whatever the order: only where the overlay has no clusterId of its own.
+    overlay = {} if value_set == "default" else yaml.safe_load(
+        (CHART / "ci" / value_set).read_text()) or {}
+    if "clusterId" not in overlay and "clusterId" not in (sets or {}):
+        args += ["--set", f"clusterId={CLUSTER_ID}"]
     for key, value in (sets or {}).items():
         args += ["--set", f"{key}={value}"]
     return args
@@ -254,9 +265,16 @@ def test_probes_are_grpc_health_checks_on_the_serving_port(role: str, port: int)
     main = container(pod, role)
     assert main["readinessProbe"]["grpc"]["port"] == port
     assert main["livenessProbe"]["grpc"] == {"port": port, "service": "liveness"}
-    if role == "broker":
-        # Ready = registered, unfenced, caught up: the broker flips this service.
-        assert main["readinessProbe"]["grpc"]["service"] == "kraftlog.v1.BrokerService"
+    # The roll-safe readiness the process serves (kraftlog.health_server): a broker back
+    # in the ISR of what it hosts, a controller caught up to the leader's high watermark.
+    from kraftlog import health_server
+    assert main["readinessProbe"]["grpc"]["service"] == {
+        "broker": health_server.IN_SYNC_SERVICE_NAME,
+        "controller": health_server.CAUGHT_UP_SERVICE_NAME}[role]
+    # The startup probe covers log recovery (before gRPC serves): liveness waits for it.
+    startup = main["startupProbe"]
+    assert startup["grpc"] == {"port": port, "service": "liveness"}
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
     admin = container(find(render(), "Deployment", f"{RELEASE}-admin")["spec"]["template"]["spec"],
                       "admin")
     assert admin["readinessProbe"]["grpc"]["port"] == 9095
@@ -387,15 +405,31 @@ def test_format_init_container_takes_a_cluster_id_that_starts_with_a_dash(
     assert meta["cluster.id"] == cluster_id
 
 
-def test_generated_cluster_id_is_a_kafka_uuid_and_values_win() -> None:
-    generated = _secret_cluster_id(render())
-    assert len(generated) == 22
-    assert len(base64.urlsafe_b64decode(generated + "==")) == 16
+def test_offline_render_without_a_cluster_id_fails_saying_what_to_set() -> None:
+    # helm template (Argo CD, CI) cannot look up the Secret that keeps a generated id, so
+    # a generated id would change on every render and orphan every formatted volume.
+    stderr = render_fails()
+    assert "clusterId or existingClusterIdSecret must be set" in stderr, stderr
+    assert "helm template" in stderr
+    # Lint renders offline too; it reports the template's fail as information and passes.
+    proc = run_helm("lint", "--strict", str(CHART))
+    assert proc.returncode == 0, proc.stdout
+    assert "clusterId or existingClusterIdSecret" in proc.stdout + proc.stderr
+
+
+def test_cluster_id_from_values_or_an_existing_secret() -> None:
     secret = find(render(), "Secret", f"{RELEASE}-cluster-id")
+    assert base64.b64decode(secret["data"]["cluster-id"]).decode() == CLUSTER_ID
     # Kept on uninstall with the PVCs: a new id would orphan every volume.
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert _secret_cluster_id(render("values-5-controllers.yaml")) == "MkU3OEVBNTcwNTJENDM2Qg"
-    docs = render(existingClusterIdSecret="mine")
+    # Rendered twice: the same id (what GitOps tools need).
+    assert _render_cached("default", ()) == run_helm(
+        "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *value_args("default")).stdout
+    proc = run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                    "--set", "existingClusterIdSecret=mine")
+    assert proc.returncode == 0, proc.stderr
+    docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     assert not [d for d in docs if d["kind"] == "Secret"]
     fmt = container(find(docs, "StatefulSet", f"{RELEASE}-controller")["spec"]["template"]["spec"],
                     "format", init=True)
@@ -433,6 +467,194 @@ def test_admin_properties_hold_only_keys_the_admin_command_reads(tmp_path: pathl
     assert not cfg.unused(), cfg.unused()
     assert cfg.get_int("request.timeout.ms") == 2000
     assert server_commands.listen_address(cfg) == "0.0.0.0:9095"
+
+
+def test_in_sync_readiness_timeout_reaches_the_broker_config() -> None:
+    assert properties(render(), "broker")["kraftlog.readiness.isr.timeout.ms"] == "300000"
+    docs = render(**{"broker.readiness.isrTimeoutSeconds": "45"})
+    assert properties(docs, "broker")["kraftlog.readiness.isr.timeout.ms"] == "45000"
+
+
+def test_zone_spread_is_soft_by_default_and_hard_in_the_rack_overlay() -> None:
+    for value_set, when in (("default", "ScheduleAnyway"), ("values-rack-awareness.yaml",
+                                                            "DoNotSchedule")):
+        for role in ("controller", "broker"):
+            pod = find(render(value_set), "StatefulSet",
+                       f"{RELEASE}-{role}")["spec"]["template"]["spec"]
+            [spread] = pod["topologySpreadConstraints"]
+            assert (spread["topologyKey"], spread["whenUnsatisfiable"], spread["maxSkew"]) == (
+                "topology.kubernetes.io/zone", when, 1)
+            assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == role
+    pod = find(render(**{"broker.topologySpread": ""}), "StatefulSet",
+               f"{RELEASE}-broker")["spec"]["template"]["spec"]
+    assert "topologySpreadConstraints" not in pod
+
+
+def test_external_access_gives_each_broker_a_service_and_an_advertised_external_listener(
+        tmp_path: pathlib.Path) -> None:
+    from kraftlog.broker import process as broker_process
+
+    docs = render("values-external-access.yaml")
+    for ordinal, (host, node_port) in enumerate(
+            [("node-a.example.com", 31090), ("node-b.example.com", 31091),
+             ("node-c.example.com", 31092)]):
+        svc = find(docs, "Service", f"{RELEASE}-broker-{ordinal}-external")
+        assert svc["spec"]["type"] == "NodePort"
+        assert svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] == \
+            f"{RELEASE}-broker-{ordinal}"
+        [port] = svc["spec"]["ports"]
+        assert (port["nodePort"], port["targetPort"]) == (node_port, "external")
+        # The pod's init container advertises exactly that address on EXTERNAL.
+        sts = find(docs, "StatefulSet", f"{RELEASE}-broker")
+        pod = sts["spec"]["template"]["spec"]
+        assert {p["name"]: p["containerPort"] for p in container(pod, "broker")["ports"]}[
+            "external"] == 9094
+        work = tmp_path / str(ordinal)
+        (work / "template").mkdir(parents=True)
+        (work / "etc").mkdir()
+        (work / "template" / "broker.properties").write_text(
+            find(docs, "ConfigMap", f"{RELEASE}-config")["data"]["broker.properties"])
+        proc = _run_init(container(pod, "config", init=True)["args"][0],
+                         pod_name=f"{RELEASE}-broker-{ordinal}", env=_kraftlog_on_path(work),
+                         remap={"/etc/kraftlog/template": work / "template",
+                                "/etc/kraftlog": work / "etc"})
+        assert proc.returncode == 0, proc.stderr
+        cfg = config.load(broker_process.BROKER_CONFIG, work / "etc" / "server.properties")
+        assert cfg.get_list("listeners") == ["PLAINTEXT://0.0.0.0:9092", "EXTERNAL://0.0.0.0:9094"]
+        assert cfg.get_list("advertised.listeners")[1] == f"EXTERNAL://{host}:{node_port}"
+        assert "EXTERNAL:PLAINTEXT" in cfg.get_list("listener.security.protocol.map")
+        assert cfg.get_str("inter.broker.listener.name") == "PLAINTEXT"
+        assert not cfg.unused(), cfg.unused()
+    # A pod beyond the listed addresses refuses to start rather than advertise nothing.
+    proc = _run_init(container(pod, "config", init=True)["args"][0],
+                     pod_name=f"{RELEASE}-broker-7", env=_kraftlog_on_path(work),
+                     remap={"/etc/kraftlog/template": work / "template",
+                            "/etc/kraftlog": work / "etc"})
+    assert proc.returncode != 0 and "no broker.externalAccess entry" in proc.stderr
+    lb = render(**{"broker.externalAccess.enabled": "true",
+                   "broker.externalAccess.type": "LoadBalancer",
+                   "broker.externalAccess.advertisedHosts": "{a.lb,b.lb,c.lb}"})
+    svc = find(lb, "Service", f"{RELEASE}-broker-2-external")
+    assert svc["spec"]["type"] == "LoadBalancer" and "nodePort" not in svc["spec"]["ports"][0]
+    assert 'external="c.lb:9094"' in container(find(lb, "StatefulSet", f"{RELEASE}-broker")[
+        "spec"]["template"]["spec"], "config", init=True)["args"][0]
+    assert not [d for d in render() if d["metadata"]["name"].endswith("-external")]
+    # With the NetworkPolicy on, the EXTERNAL port stays open to outside clients.
+    policy = find(render("values-external-access.yaml", **{
+        "networkPolicy.enabled": "true", "networkPolicy.allowExternal": "false"}),
+        "NetworkPolicy", f"{RELEASE}-broker")
+    assert {"ports": [{"port": 9094, "protocol": "TCP"}]} in policy["spec"]["ingress"]
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (("broker.externalAccess.advertisedHosts={a,b}",),
+     "broker.externalAccess.advertisedHosts has 2 entries for 3 brokers"),
+    (("broker.externalAccess.advertisedHosts={a,b,c}", "broker.externalAccess.nodePorts={31000}"),
+     "broker.externalAccess.nodePorts has 1 entries for 3 brokers"),
+])
+def test_external_access_needs_an_address_per_broker(sets: tuple[str, ...], message: str) -> None:
+    args = ["--set", f"clusterId={CLUSTER_ID}", "--set", "broker.externalAccess.enabled=true"]
+    for item in sets:
+        args += ["--set", item]
+    assert message in render_fails(*args)
+
+
+def test_rack_awareness_is_off_by_default() -> None:
+    docs = render()
+    assert not [d for d in docs if d["kind"] in {"ClusterRole", "ClusterRoleBinding"}]
+    pod = find(docs, "StatefulSet", f"{RELEASE}-broker")["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["config", "format"]
+
+
+def test_rack_init_container_reads_the_node_zone_with_get_nodes_only(
+        tmp_path: pathlib.Path) -> None:
+    from kraftlog import cli
+    from kraftlog.broker import process as broker_process
+
+    docs = render("values-rack-awareness.yaml")
+    role = find(docs, "ClusterRole", f"{NAMESPACE}-{RELEASE}-node-reader")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    binding = find(docs, "ClusterRoleBinding", f"{NAMESPACE}-{RELEASE}-node-reader")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE,
+                                    "namespace": NAMESPACE}]
+    sts = find(docs, "StatefulSet", f"{RELEASE}-broker")
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == RELEASE
+    assert [c["name"] for c in pod["initContainers"]] == ["rack", "config", "format"]
+    rack = container(pod, "rack", init=True)
+    assert rack["env"] == [{"name": "NODE_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}]
+    # The arguments are ones the command takes.
+    args = cli.build_parser(["broker-rack"]).parse_args(rack["args"])
+    assert (args.node, args.label, args.output) == (
+        "$(NODE_NAME)", "topology.kubernetes.io/zone", "/etc/kraftlog/rack.properties")
+    # The API token reaches the rack container only; the pod does not automount it.
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert pod["automountServiceAccountToken"] is False
+    mounts = {c["name"]: {m["mountPath"] for m in c.get("volumeMounts", [])}
+              for c in [*pod["initContainers"], *pod["containers"]]}
+    assert [name for name, paths in mounts.items() if token_path in paths] == ["rack"]
+    sources = next(v for v in pod["volumes"] if v["name"] == "kube-api-access")["projected"]
+    assert {next(iter(src)) for src in sources["sources"]} == {
+        "serviceAccountToken", "configMap", "downwardAPI"}
+    # The config init container takes the rack file into server.properties.
+    (tmp_path / "template").mkdir()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "template" / "broker.properties").write_text(
+        find(docs, "ConfigMap", f"{RELEASE}-config")["data"]["broker.properties"])
+    (tmp_path / "etc" / "rack.properties").write_text("broker.rack=eu-west-1b\n")
+    proc = _run_init(container(pod, "config", init=True)["args"][0],
+                     pod_name=f"{RELEASE}-broker-0", env=_kraftlog_on_path(tmp_path),
+                     remap={"/etc/kraftlog/template": tmp_path / "template",
+                            "/etc/kraftlog": tmp_path / "etc"})
+    assert proc.returncode == 0, proc.stderr
+    cfg = config.load(broker_process.BROKER_CONFIG, tmp_path / "etc" / "server.properties")
+    assert cfg.get_str("broker.rack") == "eu-west-1b"
+    assert not cfg.unused(), cfg.unused()
+
+
+def _notes(tmp_path: pathlib.Path, *sets: str) -> str:
+    """NOTES.txt rendered offline (helm template skips it): the chart copied with the notes
+    wrapped in a define that a ConfigMap includes."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    notes = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text(
+        '{{- define "test.notes" }}' + notes + "{{- end }}")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n'
+        'data:\n  text: {{ include "test.notes" . | toJson }}\n')
+    proc = run_helm("template", RELEASE, str(chart), "--namespace", NAMESPACE,
+                    "--show-only", "templates/notes.yaml", "--set", f"clusterId={CLUSTER_ID}",
+                    *sets)
+    assert proc.returncode == 0, proc.stderr
+    text: str = yaml.safe_load(proc.stdout)["data"]["text"]
+    return text
+
+
+def test_notes_say_to_decommission_the_last_broker_before_scaling_down(
+        tmp_path: pathlib.Path) -> None:
+    from kraftlog import cli
+
+    notes = _notes(tmp_path, "--set", "broker.replicaCount=4")
+    assert "BEFORE lowering\nbroker.replicaCount from 4 to 3" in notes
+    [line] = [ln.strip() for ln in notes.splitlines() if "cluster decommission" in ln]
+    argv = line.split()
+    assert argv[0] == "kraftlog"
+    args = cli.build_parser(argv[1:]).parse_args(argv[1:])
+    assert (args.broker, args.throttle) == (103, 50_000_000)  # ordinal 3 + nodeIdOffset 100
+    assert "--set broker.replicaCount=3" in notes
+    assert 'readiness probe, service "in-sync"' in notes
+
+
+def test_notes_show_the_external_bootstrap_without_a_port_forward(
+        tmp_path: pathlib.Path) -> None:
+    notes = _notes(tmp_path, "-f", str(CHART / "ci" / "values-external-access.yaml"))
+    assert ("export KRAFTLOG_BOOTSTRAP_SERVER=node-a.example.com:31090,"
+            "node-b.example.com:31091,node-c.example.com:31092") in notes
+    assert "From outside the cluster" not in _notes(tmp_path / "plain")
 
 
 def test_broker_pod_config_is_accepted_by_the_broker_command(tmp_path: pathlib.Path) -> None:

@@ -29,6 +29,15 @@ then init containers and main container again on the same PVC), and every
 acknowledged record read back at its offset. Only the Jaeger step is left out (no
 collector here; the election spans themselves are tested in tests/telemetry).
 
+Last, the drill's rolling restart of the broker StatefulSet (``kubectl rollout restart``,
+played by :meth:`LocalKube.restart_statefulset` as the StatefulSet controller does it:
+highest ordinal first, a graceful deletion, the next only once the new pod answers its
+rendered readiness probe) under a strict acks=all producer on a topic at replication
+factor 3 and ``min.insync.replicas`` 2: no Produce is refused with NOT_ENOUGH_REPLICAS
+and every acknowledged record is read back. With the old readiness (the broker's
+``kraftlog.v1.BrokerService`` status: registered, unfenced, caught up on metadata) the
+same roll had 11 Produce calls refused with NOT_ENOUGH_REPLICAS.
+
 Values: the chart's own ``broker.config`` / ``controller.config`` pass-through sets
 shorter broker session timeouts (as ``kraftlog dev`` does), Jaeger is off (no
 collector here: the chart then sets OTEL_TRACES_EXPORTER=none) and metrics are on.
@@ -70,8 +79,10 @@ NAMESPACE = "streaming"
 CLUSTER_DOMAIN = "cluster.local"
 TOPIC = "orders"
 CLI_TOPIC = "from-cli"
+ROLL_TOPIC = "rolled"
 KIND_DRIVER = REPO / "e2e" / "kind" / "driver.py"
 VALUES = {
+    "clusterId": "S3JhZnRsb2dQb2RzVGVzdA",  # helm template needs one (GitOps rule)
     "jaeger.enabled": "false",
     "metrics.enabled": "true",
     "controller.config.broker\\.session\\.timeout\\.ms": "6000",
@@ -265,6 +276,20 @@ class LocalPod:
             self.proc = subprocess.Popen(self._argv(self.main, mounts), env=self._env(self.main),
                                          stdout=log, stderr=log, start_new_session=True)
 
+    def terminate(self) -> None:
+        """A graceful pod deletion (what a rolling update does): SIGTERM, then SIGKILL after
+        the pod's terminationGracePeriodSeconds. (The preStop sleep, there to let
+        endpoints drop the pod first, is left out: no endpoints here.)"""
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=int(self.spec.get("terminationGracePeriodSeconds", 30)))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
     def delete(self) -> None:
         """``kubectl delete pod`` with no grace: the process dies, emptyDirs go, PVCs stay."""
         if self.proc is not None:
@@ -371,22 +396,59 @@ class LocalKube:
     """
 
     RECREATE_DELAY_S = 0.5
+    ROLL_READY_TIMEOUT_S = 60.0
 
     def __init__(self, workloads: Mapping[str, Sequence[LocalPod]]) -> None:
         self.workloads = workloads
         self.pods = {p.name: p for pods in workloads.values() for p in pods}
         self.errors: list[str] = []
         self._timers: list[threading.Timer] = []
+        self._threads: list[threading.Thread] = []
+        self._generation = dict.fromkeys(workloads, 1)
+        self._updated: dict[str, set[str]] = {name: {p.name for p in pods}
+                                              for name, pods in workloads.items()}
+        self.roll_log: list[tuple[float, str]] = []
+        """(monotonic time, "<pod> terminated" / "<pod> ready") for every rolled pod."""
 
     def _status(self, name: str) -> dict[str, Any]:
         pods = self.workloads[name]
         ready = sum(1 for p in pods if p.proc is not None and p.probe("readinessProbe"))
-        return {"metadata": {"name": name, "generation": 1},
+        generation = self._generation[name]
+        updated = len(self._updated[name])
+        current = generation if updated == len(pods) else generation - 1
+        return {"metadata": {"name": name, "generation": generation},
                 "spec": {"replicas": len(pods)},
-                "status": {"observedGeneration": 1, "replicas": len(pods),
-                           "readyReplicas": ready, "updatedReplicas": len(pods),
-                           "availableReplicas": ready, "currentRevision": "r1",
-                           "updateRevision": "r1"}}
+                "status": {"observedGeneration": generation, "replicas": len(pods),
+                           "readyReplicas": ready, "updatedReplicas": updated,
+                           "availableReplicas": ready, "currentRevision": f"r{current}",
+                           "updateRevision": f"r{generation}"}}
+
+    def restart_statefulset(self, name: str) -> None:
+        """The StatefulSet controller's RollingUpdate after ``kubectl rollout restart``:
+        from the highest ordinal down, delete a pod gracefully, create it again, and go on
+        to the next only once it is Ready (its rendered readiness probe answers SERVING)."""
+        self._generation[name] += 1
+        self._updated[name] = set()
+
+        def roll() -> None:
+            for pod in reversed(self.workloads[name]):
+                pod.terminate()
+                self.roll_log.append((time.monotonic(), f"{pod.name} terminated"))
+                try:
+                    pod.start()
+                    deadline = time.monotonic() + self.ROLL_READY_TIMEOUT_S
+                    while not pod.probe("readinessProbe"):
+                        if time.monotonic() > deadline:
+                            raise AssertionError("not ready after the restart")
+                        time.sleep(0.1)
+                except Exception as exc:  # reported by the test, not lost in this thread
+                    self.errors.append(f"rolling {pod.name}: {exc}")
+                    return
+                self.roll_log.append((time.monotonic(), f"{pod.name} ready"))
+                self._updated[name].add(pod.name)
+        thread = threading.Thread(target=roll, name=f"roll-{name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def statefulset(self, name: str) -> dict[str, Any]:
         return self._status(name)
@@ -420,6 +482,8 @@ class LocalKube:
     def join(self) -> None:
         for timer in self._timers:
             timer.join(timeout=60)
+        for thread in self._threads:
+            thread.join(timeout=120)
 
 
 def test_rendered_pods_run_as_a_local_cluster_and_survive_pod_deletions(
@@ -439,7 +503,8 @@ def test_rendered_pods_run_as_a_local_cluster_and_survive_pod_deletions(
                       f"{RELEASE}-admin": admins})
 
     def all_probes_serving(among: Sequence[LocalPod]) -> bool | None:
-        return all(p.probe(k) for p in among for k in ("readinessProbe", "livenessProbe")
+        return all(p.probe(k) for p in among
+                   for k in ("startupProbe", "readinessProbe", "livenessProbe")
                    if k in p.main) or None
 
     try:
@@ -484,7 +549,7 @@ def test_rendered_pods_run_as_a_local_cluster_and_survive_pod_deletions(
         settings = driver.parse_args(
             ["--admin", admin_address, "--namespace", NAMESPACE, "--release", RELEASE,
              "--topic", TOPIC, "--partitions", "3", "--replication-factor", "2",
-             "--min-insync-replicas", "1", "--step-timeout", "40", "--rollout-timeout", "30",
+             "--min-insync-replicas", "1", "--step-timeout", "40", "--rollout-timeout", "45",
              "--produce-interval", "0.01", "--kubeconfig", "/nonexistent"], environ={})
         drill = driver.Drill(settings, kube)
         report = asyncio.run(_drill(driver, drill, bootstrap))
@@ -518,7 +583,21 @@ def test_rendered_pods_run_as_a_local_cluster_and_survive_pod_deletions(
         wait_for(back_in_sync, timeout_s=30, what=f"{restarted.name} back in sync")
         wait_for(lambda: all_probes_serving(pods), timeout_s=40,
                  what="every pod SERVING again after both deletions")
-        assert time.monotonic() - started < 150
+
+        # A rolling restart of every broker (kubectl rollout restart) under acks=all load on
+        # a topic at replication factor 3, min.insync.replicas 2: the "in-sync" readiness
+        # holds each next restart until the previous broker is back in the ISR, so no
+        # Produce is refused with NOT_ENOUGH_REPLICAS, and nothing acknowledged is lost.
+        roll = asyncio.run(_roll(driver, drill, bootstrap))
+        kube.join()
+        assert not kube.errors, kube.errors
+        assert roll["not_enough_replicas"] == 0, roll
+        assert roll["audit"].ok and roll["audit"].acknowledged >= 100, roll["audit"].summary()
+        events = [what for _, what in kube.roll_log]
+        assert events == [f"{RELEASE}-broker-{i} {step}" for i in (2, 1, 0)
+                          for step in ("terminated", "ready")]
+        assert roll["seconds"] < 60, roll
+        assert time.monotonic() - started < 210
     except Exception as exc:
         raise AssertionError(f"{type(exc).__name__}: {exc}\n"
                              + "\n".join(p.log_tail() for p in pods)) from exc
@@ -550,6 +629,31 @@ async def _drill(driver: ModuleType, drill: Any, bootstrap: Sequence[str]) -> di
                                     drill.s.topic, drill.s.partitions, 30.0)
     report: dict[str, Any] = drill.report
     report["audit"] = driver.audit(acked, found)
+    return report
+
+
+async def _roll(driver: ModuleType, drill: Any, bootstrap: Sequence[str]) -> dict[str, Any]:
+    """Drill.roll_brokers on a topic of its own (the drill's is RF 2, min ISR 1 here), then
+    every acknowledged record read back."""
+    from kraftlog.admin import admin_client as ac
+
+    brokers = await drill.live_brokers()
+    assert sorted(brokers.values()) == sorted(bootstrap)
+    topic = ac.NewTopic(name=ROLL_TOPIC, num_partitions=3, replication_factor=3,
+                        configs={"min.insync.replicas": "2"})
+    await drill.admin(lambda a: a.create_topics([topic]))
+
+    async def synced() -> bool | None:
+        described = await drill.admin(lambda a: a.describe_topics([ROLL_TOPIC]))
+        parts = described.topics[0].partitions if described.topics else []
+        return True if len(parts) == 3 and all(
+            p.leader_id >= 0 and len(p.isr) == 3 for p in parts) else None
+    await driver.wait_until(synced, timeout_s=20, what=f"{ROLL_TOPIC} fully in sync",
+                            interval_s=0.2)
+    report: dict[str, Any] = await drill.roll_brokers(ROLL_TOPIC, brokers)
+    found = await asyncio.to_thread(driver.read_partitions, list(brokers.values()), ROLL_TOPIC,
+                                    3, 30.0)
+    report["audit"] = driver.audit(report["acked"], found)
     return report
 
 

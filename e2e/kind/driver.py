@@ -25,7 +25,11 @@ with one ``e2e-driver: FAILED: ...`` line on stderr and exit status 1):
    raft.election``) for that election: a ``won`` ``raft.election`` span with the new epoch;
 7. delete the pod of the broker leading partition 0; writes must keep being
    acknowledged; wait for the pod to come back ready and its broker to be unfenced;
-8. stop the producer and read every partition from the beginning: every acknowledged
+8. rolling restart of the broker StatefulSet (``kubectl rollout restart``) while a
+   second, strict acks=all producer (no retries) writes: no Produce may be refused with
+   NOT_ENOUGH_REPLICAS (the chart's "in-sync" readiness makes the roll wait for each
+   broker to rejoin the ISR), and the rollout must complete;
+9. stop the producers and read every partition from the beginning: every acknowledged
    record must be at its acknowledged offset.
 
 The pure parts -- :func:`parse_args`, the rollout checks on the API objects (as
@@ -95,6 +99,7 @@ class Settings:
     rollout_timeout_s: float
     step_timeout_s: float
     produce_interval_s: float
+    min_racks: int = 0
 
 
 def default_namespace() -> str:
@@ -161,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds each drill step may take (120)")
     parser.add_argument("--produce-interval", type=_positive(float), default=0.02, metavar="S",
                         help="pause between produced records (0.02)")
+    parser.add_argument("--min-racks", type=int, default=0, metavar="N",
+                        help="fail unless the brokers report at least N distinct racks "
+                             "(broker.rackAwareness on zoned nodes; default 0: no check)")
     return parser
 
 
@@ -191,7 +199,7 @@ def parse_args(argv: Sequence[str], *, environ: Mapping[str, str] | None = None,
         min_insync_replicas=args.min_insync_replicas, broker_id_offset=args.broker_id_offset,
         in_cluster=in_cluster, kubeconfig=args.kubeconfig, context=args.context,
         rollout_timeout_s=args.rollout_timeout, step_timeout_s=args.step_timeout,
-        produce_interval_s=args.produce_interval)
+        produce_interval_s=args.produce_interval, min_racks=max(0, args.min_racks))
 
 
 # -- rollout status (pure: the API objects as dicts) ---------------------------------------------
@@ -478,6 +486,16 @@ class KubeApi(Protocol):
     def delete_pod(self, name: str) -> str:
         """Delete the pod as ``kubectl delete pod`` does; the deleted pod's uid."""
 
+    def restart_statefulset(self, name: str) -> None:
+        """``kubectl rollout restart``: a new pod-template annotation, so the StatefulSet
+        controller replaces every pod, highest ordinal first, each after the previous
+        one is Ready."""
+
+
+def not_enough_replicas(failed: Mapping[bytes, str]) -> dict[bytes, str]:
+    """Failed sends refused with NOT_ENOUGH_REPLICAS (or ..._AFTER_APPEND)."""
+    return {value: why for value, why in failed.items() if "NOT_ENOUGH_REPLICAS" in why}
+
 
 class Kube:
     """The few Kubernetes API calls the drill makes (kubernetes client, sync, short)."""
@@ -533,6 +551,15 @@ class Kube:
         self._core.delete_namespaced_pod(name, self.namespace)
         return str(pod["metadata"]["uid"])
 
+    def restart_statefulset(self, name: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._apps.patch_namespaced_stateful_set(name, self.namespace, {"spec": {"template": {
+            "metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}})
+
+
+async def _acked_at_least(writer: Writer, count: int) -> bool | None:
+    return True if writer.ledger.acked_count() >= count else None
+
 
 def _admin_call(address: str, call: Callable[[Any], Awaitable[T]], timeout_ms: int) -> Awaitable[T]:
     from kraftlog.admin import admin_client
@@ -544,18 +571,26 @@ def _admin_call(address: str, call: Callable[[Any], Awaitable[T]], timeout_ms: i
 
 
 class Writer:
-    """An acks=all producer writing numbered records from a thread into a Ledger."""
+    """An acks=all producer writing numbered records from a thread into a Ledger.
 
-    def __init__(self, bootstrap: Sequence[str], topic: str, interval_s: float) -> None:
+    ``strict``: no retries (and so no idempotence), so every Produce error reaches the
+    ledger as a failed send named for its code -- how the rolling restart sees whether
+    any Produce was refused with NOT_ENOUGH_REPLICAS, which retries would hide.
+    """
+
+    def __init__(self, bootstrap: Sequence[str], topic: str, interval_s: float, *,
+                 strict: bool = False, prefix: str = "e2e") -> None:
         from kraftlog.client import config as client_config
         from kraftlog.client import producer as client_producer
 
         self.ledger = Ledger()
         self._topic = topic
         self._interval_s = interval_s
+        self._prefix = prefix
+        retry = {"retries": 0, "enable_idempotence": False} if strict else {}
         self._producer = client_producer.Producer(client_config.ProducerConfig(
             bootstrap_servers=tuple(bootstrap), acks=client_config.Acks.ALL, linger_ms=5,
-            request_timeout_ms=10_000, delivery_timeout_ms=120_000))
+            request_timeout_ms=10_000, delivery_timeout_ms=120_000, **retry))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="e2e-writer", daemon=True)
         self.sent = 0
@@ -565,7 +600,7 @@ class Writer:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            value = f"e2e-{self.sent:08d}".encode()
+            value = f"{self._prefix}-{self.sent:08d}".encode()
             self.sent += 1
             try:
                 future = self._producer.send(self._topic, value, key=value[-2:])
@@ -661,6 +696,18 @@ class Drill:
             except DriverError as exc:
                 raise DriverError(f"{exc}: {last[0] if last else ''}") from None
             logger.info("rolled out: %s", what)
+
+    async def check_racks(self) -> dict[int, str]:
+        """Broker id -> rack (the chart's rack init container sets it from the node's zone);
+        a DriverError when fewer than ``--min-racks`` distinct racks show."""
+        described = await self.admin(lambda a: a.describe_cluster())
+        racks = {b.broker_id: b.rack for b in described.brokers}
+        self.report["racks"] = {str(b): r for b, r in sorted(racks.items())}
+        distinct = {r for r in racks.values() if r}
+        if len(distinct) < self.s.min_racks:
+            raise DriverError(f"the brokers report {len(distinct)} rack(s) {sorted(distinct)}, "
+                              f"fewer than --min-racks {self.s.min_racks}: {racks}")
+        return racks
 
     async def live_brokers(self) -> dict[int, str]:
         """Unfenced broker id -> its advertised host:port."""
@@ -779,6 +826,52 @@ class Drill:
                          what=f"broker {leader} unfenced again")
         self.report["broker_deleted"] = {"pod": pod, "broker_id": leader}
 
+    async def roll_brokers(self, topic: str, brokers: Mapping[int, str]) -> dict[str, Any]:
+        """Rolling restart of every broker under acks=all load on ``topic`` (replication
+        factor 3, min.insync.replicas 2): the chart's "in-sync" readiness must keep the
+        roll from restarting a broker while the previous one is still out of the ISR, so
+        no Produce is refused with NOT_ENOUGH_REPLICAS. A strict writer (no retries)
+        sees every refusal; its acknowledged records are returned in the report."""
+        s = self.s
+        sts = f"{s.fullname}-broker"
+        writer = Writer(list(brokers.values()), topic, s.produce_interval_s, strict=True,
+                        prefix="roll")
+        writer.start()
+        started = time.monotonic()
+        stuck: DriverError | None = None
+        try:
+            await wait_until(lambda: _acked_at_least(writer, 20), timeout_s=s.step_timeout_s,
+                             what=f"acks=all records on {topic} before the roll",
+                             interval_s=0.1)
+            await asyncio.to_thread(self.kube.restart_statefulset, sts)
+            logger.info("rolling restart of %s", sts)
+            await asyncio.sleep(1.0)  # the controller observes the new template
+            try:
+                await self.wait_rollouts()
+                before = writer.ledger.acked_count()
+                await wait_until(lambda: _acked_at_least(writer, before + 20),
+                                 timeout_s=s.step_timeout_s,
+                                 what=f"acks=all writes on {topic} after the roll",
+                                 interval_s=0.1)
+            except DriverError as exc:
+                stuck = exc  # reported with the refusals seen until then
+        finally:
+            await asyncio.to_thread(writer.stop)
+        acked, failed = writer.ledger.snapshot()
+        refused = not_enough_replicas(failed)
+        report = {"topic": topic, "seconds": round(time.monotonic() - started, 1),
+                  "acknowledged": len(acked), "failed_sends": len(failed),
+                  "not_enough_replicas": len(refused), "acked": acked}
+        self.report["broker_roll"] = {k: v for k, v in report.items() if k != "acked"}
+        problems = [str(stuck)] if stuck is not None else []
+        if refused:
+            first = next(iter(refused.items()))
+            problems.append(f"{len(refused)} Produce calls failed with NOT_ENOUGH_REPLICAS "
+                            f"(first: {first[0]!r}: {first[1]})")
+        if problems:
+            raise DriverError("the rolling restart: " + "; ".join(problems))
+        return report
+
     async def run(self) -> dict[str, Any]:
         s = self.s
         await self.wait_rollouts()
@@ -786,6 +879,7 @@ class Drill:
                                    what="registered brokers")
         leader, epoch = await self.quorum()
         self.report["initial"] = {"brokers": sorted(brokers), "leader": leader, "epoch": epoch}
+        await self.check_racks()
         await self.create_topic()
         writer = Writer(list(brokers.values()), s.topic, s.produce_interval_s)
         writer.start()
@@ -798,9 +892,11 @@ class Drill:
                 after_us=self.report["controller_failover"]["deleted_at_us"] - CLOCK_SKEW_US,
                 epoch=new_epoch)
             await self.delete_leading_broker(writer, brokers)
+            rolled = await self.roll_brokers(s.topic, brokers)
         finally:
             await asyncio.to_thread(writer.stop)
         acked, failed = writer.ledger.snapshot()
+        acked.update(rolled["acked"])
         found = await asyncio.to_thread(read_partitions, list(brokers.values()), s.topic,
                                         s.partitions, s.step_timeout_s)
         result = audit(acked, found)

@@ -31,5 +31,7 @@ trap cleanup EXIT
 "${here}/install.sh" -f "${here}/values-e2e.yaml" "$@"
 "${here}/helm-test.sh"
 # shellcheck disable=SC2086  # DRIVER_ARGS is a list of words
-"${here}/run-driver.sh" ${DRIVER_ARGS:-}
+# --min-racks 3: kind-config.yaml zones its three workers and values-e2e.yaml turns on
+# broker.rackAwareness, so four brokers must report the three zones as racks.
+"${here}/run-driver.sh" --min-racks 3 ${DRIVER_ARGS:-}
 log "kind e2e passed"

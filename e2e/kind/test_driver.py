@@ -8,6 +8,7 @@ import without the ``kubernetes`` package.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import pathlib
@@ -246,6 +247,36 @@ def test_audit_catches_lost_and_overwritten_records() -> None:
     assert result.replaced == ((b"c", (1, 0), b"x"), (b"d", (1, 1), None))
 
 
+def test_rack_check_counts_distinct_non_empty_racks() -> None:
+    from types import SimpleNamespace
+
+    class Admin:
+        async def describe_cluster(self) -> Any:
+            return SimpleNamespace(brokers=[SimpleNamespace(broker_id=b, rack=r) for b, r in
+                                            ((100, "zone-a"), (101, "zone-b"), (102, "zone-a"),
+                                             (103, ""))])
+
+    def drill(*argv: str) -> Any:
+        settings = driver.parse_args(["--kubeconfig", "/nonexistent", *argv], environ={})
+        d = driver.Drill(settings, kube=None)  # type: ignore[arg-type]
+        d.admin = lambda call, timeout_ms=0: call(Admin())  # type: ignore[method-assign]
+        return d
+
+    ok = drill("--min-racks", "2")
+    assert asyncio.run(ok.check_racks())[103] == ""
+    assert ok.report["racks"] == {"100": "zone-a", "101": "zone-b", "102": "zone-a", "103": ""}
+    with pytest.raises(driver.DriverError, match="2 rack"):
+        asyncio.run(drill("--min-racks", "3").check_racks())
+    asyncio.run(drill().check_racks())  # default: no check
+
+
+def test_roll_check_counts_only_not_enough_replicas_refusals() -> None:
+    failed = {b"a": "NOT_ENOUGH_REPLICAS (t-0 on b:1): ISR 1 < min.insync.replicas 2",
+              b"b": "NOT_LEADER_OR_FOLLOWER (t-1 on b:2)",
+              b"c": "NOT_ENOUGH_REPLICAS_AFTER_APPEND (t-2 on b:3)"}
+    assert sorted(driver.not_enough_replicas(failed)) == [b"a", b"c"]
+
+
 def test_ledger_is_thread_safe_and_refuses_a_double_acknowledgement() -> None:
     ledger = driver.Ledger()
 
@@ -320,11 +351,16 @@ def test_driver_job_runs_the_driver_with_rbac_for_what_it_calls() -> None:
     s = driver.parse_args(args, environ={}, now_s=0)
     assert (s.in_cluster, s.release, s.fullname, s.partitions, s.topic) == (
         True, "prod", "prod-kraftlog", 12, "a b")
-    rules = {(group, resource): set(rule["verbs"]) for rule in docs["Role"]["rules"]
-             for group in rule["apiGroups"] for resource in rule["resources"]}
+    rules: dict[tuple[str, str], set[str]] = {}
+    for rule in docs["Role"]["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                rules.setdefault((group, resource), set()).update(rule["verbs"])
     assert {"get", "delete"} <= rules[("", "pods")]            # Kube.pod, Kube.delete_pod
     assert "get" in rules[("apps", "statefulsets/status")]      # read_namespaced_stateful_set_status
     assert "get" in rules[("apps", "deployments/status")]
+    assert "patch" in rules[("apps", "statefulsets")]           # Kube.restart_statefulset
+    assert "patch" not in rules[("apps", "deployments")]
     assert "create" not in set().union(*rules.values())
     binding = docs["RoleBinding"]
     assert binding["subjects"][0]["namespace"] == "streaming"
@@ -337,7 +373,9 @@ def test_e2e_values_give_the_drill_more_brokers_than_replicas() -> None:
     assert helm.returncode == 0, helm.stderr
     chart = DRIVER_PATH.parents[2] / "charts" / "kraftlog"
     done = subprocess.run([helm.stdout.strip().splitlines()[-1], "template", "kraftlog",
-                           str(chart), "-f", str(DRIVER_PATH.with_name("values-e2e.yaml"))],
+                           str(chart), "-f", str(DRIVER_PATH.with_name("values-e2e.yaml")),
+                           # offline: no lookup, so the id the real install generates is given
+                           "--set", "clusterId=QUJDREVGR0hJSktMTU5PUA"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]

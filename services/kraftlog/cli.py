@@ -31,6 +31,7 @@ _COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "kraftlog.raft.commands": ("controller",),
     "kraftlog.admin.quorum_commands": ("quorum",),
     "kraftlog.broker.commands": ("broker", "server"),
+    "kraftlog.broker.node_rack": ("broker-rack",),
     "kraftlog.dev.commands": ("dev",),
     "kraftlog.admin.server_commands": ("admin",),
     "kraftlog.admin.topic_commands": ("topics", "cluster"),

@@ -8,7 +8,12 @@ kraftlog's conventions:
   answer: SERVING only while the process can do its job (a controller that knows a
   leader, a broker registered, caught up and unfenced);
 - :data:`LIVENESS_SERVICE_NAME` is SERVING from :meth:`ServerHealth.start` until
-  shutdown: the process answers gRPC (the Helm chart's liveness probe);
+  shutdown: the process answers gRPC (the Helm chart's liveness and startup probes);
+- the roll-safe readiness the Helm chart's readiness probes ask (:meth:`ServerHealth.set_named`):
+  :data:`IN_SYNC_SERVICE_NAME` on a broker (ready, and back in the ISR of the partitions
+  it hosts, or out of them longer than a timeout: :mod:`kraftlog.broker.readiness`),
+  :data:`CAUGHT_UP_SERVICE_NAME` on a controller (it knows a leader and its log reaches
+  the leader's high watermark);
 
 and server reflection for the role's services, health and reflection itself, so that
 ``grpcurl`` lists and calls them. Both are registered through :mod:`kraftlog.rpc_guard`,
@@ -30,6 +35,10 @@ from kraftlog import rpc_guard
 
 LIVENESS_SERVICE_NAME = "liveness"
 """The health service name a liveness probe asks: SERVING while the process serves gRPC."""
+IN_SYNC_SERVICE_NAME = "in-sync"
+"""A broker's roll-safe readiness: ready and in the ISR of what it hosts (or timed out)."""
+CAUGHT_UP_SERVICE_NAME = "caught-up"
+"""A controller's roll-safe readiness: its log reaches the leader's high watermark."""
 HEALTH_SERVICE_NAME: str = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 
 
@@ -67,6 +76,12 @@ class ServerHealth:
         for name in self._readiness:
             await self._servicer.set(name, code)
         return True
+
+    async def set_named(self, name: str, serving: bool) -> None:
+        """Set one more named status (e.g. :data:`IN_SYNC_SERVICE_NAME`); the readiness of
+        ``""`` and the role's service stays :meth:`set_serving`'s."""
+        await self._servicer.set(name, health_pb2.HealthCheckResponse.SERVING if serving
+                                 else health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def shutdown(self) -> None:
         """Every service NOT_SERVING from now on (graceful shutdown)."""

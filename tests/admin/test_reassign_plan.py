@@ -126,3 +126,28 @@ def test_proposals_are_valid_and_balanced(factor: int, partitions: int, targets:
     load = [sum(b in m.replicas for m in plan.partitions) for b in targets]
     assert max(load) - min(load) <= 1
     assert rp.parse_plan(plan.to_json()) == plan
+
+
+# -- propose_decommission ----------------------------------------------------------------------
+
+
+def test_decommission_replaces_only_the_leaving_replica_in_its_place() -> None:
+    current = {("t", 0): (6, 4), ("t", 1): (5, 6), ("t", 2): (4, 5), ("u", 0): (6, 5, 4)}
+    with pytest.raises(rp.PlanError, match="u-0 has 3 replicas"):
+        rp.propose_decommission(current, broker=6, brokers=[4, 5, 6])
+    del current[("u", 0)]
+    plan = rp.propose_decommission(current, broker=6, brokers=[4, 5, 6])
+    # t-2 does not touch 6 and stays out of the plan; the leader's place goes to 5.
+    assert [(m.topic, m.partition, m.replicas) for m in plan.partitions] == [
+        ("t", 0, (5, 4)), ("t", 1, (5, 4))]
+
+
+def test_decommission_prefers_a_new_rack_then_the_least_loaded_broker() -> None:
+    current = {("t", 0): (1, 2), ("t", 1): (1, 3), ("t", 2): (4, 2)}
+    racks = {1: "a", 2: "a", 3: "b", 4: "c"}
+    plan = rp.propose_decommission(current, broker=1, brokers=[1, 2, 3, 4], racks=racks)
+    # t-0 keeps 2 (rack a): 3 (b) and 4 (c) are new racks holding one replica each: 3.
+    # t-1 keeps 3 (rack b): 2 (a) and 4 (c) are new racks; 2 holds two replicas, 4 one: 4.
+    assert {(m.topic, m.partition): m.replicas for m in plan.partitions} == {
+        ("t", 0): (3, 2), ("t", 1): (4, 3)}
+    assert rp.propose_decommission(current, broker=9, brokers=[1, 2, 3, 4]).partitions == ()

@@ -472,3 +472,34 @@ def test_deferred_leader_flush_hw_needs_the_leaders_flush_or_two_followers() -> 
     node.client.poll(1022)
     assert node.log.flushed_offset == 2 and node.log.high_watermark == 3
     assert node.listener.values() == [b"a", b"b"]
+
+
+def test_a_follower_is_caught_up_once_its_log_reaches_the_leaders_high_watermark() -> None:
+    # The controller's "caught-up" readiness (a rolling restart waits for it).
+    node = Node(2)
+    assert not node.client.is_caught_up()  # no leader known
+    node.client.handle_request(1, m.BeginQuorumEpochRequest(
+        cluster_id=CLUSTER, leader_id=1, leader_epoch=1, voter_id=2), 0)
+    node.client.poll(0)
+    assert not node.client.is_caught_up()  # following, no Fetch answered yet
+    [(_, request)] = node.sink.take(m.FetchRequest)
+    # The leader has committed 3 records; this answer carries only 2 of them.
+    node.client.handle_response(1, request, m.FetchResponse(
+        error_code=ErrorCode.NONE, leader_epoch=1, leader_id=1, high_watermark=3,
+        log_start_offset=0, records=rb.build_batch(
+            [rb.RecordInput(value=b"a"), rb.RecordInput(value=b"b")], partition_leader_epoch=1)), 1)
+    assert node.log.end_offset == 2 and not node.client.is_caught_up()
+    node.client.poll(1)
+    [(_, again)] = node.sink.take(m.FetchRequest)
+    node.client.handle_response(1, again, m.FetchResponse(
+        error_code=ErrorCode.NONE, leader_epoch=1, leader_id=1, high_watermark=3,
+        log_start_offset=0, records=rb.build_batch([rb.RecordInput(value=b"c")], base_offset=2,
+                                                   partition_leader_epoch=1)), 2)
+    assert node.log.end_offset == 3 and node.client.is_caught_up()
+    # A new epoch starts over: nothing heard from its leader yet.
+    node.client.handle_request(3, m.BeginQuorumEpochRequest(
+        cluster_id=CLUSTER, leader_id=3, leader_epoch=2, voter_id=2), 3)
+    assert not node.client.is_caught_up()
+    leader = Node(1)
+    elect(leader)
+    assert leader.client.is_caught_up()

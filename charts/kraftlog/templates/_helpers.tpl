@@ -73,6 +73,7 @@ annotations:
 {{- define "kraftlog.broker.headless" -}}{{ include "kraftlog.fullname" . }}-broker-headless{{- end -}}
 {{- define "kraftlog.admin.fullname" -}}{{ include "kraftlog.fullname" . }}-admin{{- end -}}
 {{- define "kraftlog.jaeger.fullname" -}}{{ include "kraftlog.fullname" . }}-jaeger{{- end -}}
+{{- define "kraftlog.nodeReader" -}}{{ printf "%s-%s-node-reader" .Release.Namespace (include "kraftlog.fullname" .) | trunc 63 | trimSuffix "-" }}{{- end -}}
 {{- define "kraftlog.configmap" -}}{{ include "kraftlog.fullname" . }}-config{{- end -}}
 
 {{- define "kraftlog.clusterIdSecret" -}}
@@ -174,6 +175,19 @@ podAntiAffinity:
 {{- end }}
 {{- end -}}
 
+{{/* A soft or hard spread over zones; call with (dict "ctx" $ "component" "broker" "when" "ScheduleAnyway"). */}}
+{{- define "kraftlog.zoneSpread" -}}
+{{- if .when -}}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: {{ .when }}
+    labelSelector:
+      matchLabels:
+        {{- include "kraftlog.selectorLabels" (dict "ctx" .ctx "component" .component) | nindent 8 }}
+{{- end -}}
+{{- end -}}
+
 {{/* gRPC probe; call with (dict "probe" .Values.controller.readinessProbe "port" 9093). */}}
 {{- define "kraftlog.grpcProbe" -}}
 grpc:
@@ -187,6 +201,17 @@ timeoutSeconds: {{ .probe.timeoutSeconds }}
 failureThreshold: {{ .probe.failureThreshold }}
 {{- end -}}
 
+{{/* host:port outside clients use for broker ordinal .ordinal (broker.externalAccess). */}}
+{{- define "kraftlog.broker.externalAddress" -}}
+{{- $ext := .ctx.Values.broker.externalAccess -}}
+{{- $host := index $ext.advertisedHosts (int .ordinal) -}}
+{{- if eq $ext.type "NodePort" -}}
+{{- printf "%s:%d" $host (int (index $ext.nodePorts (int .ordinal))) -}}
+{{- else -}}
+{{- printf "%s:%d" $host (int $ext.port) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Cross-field checks the JSON schema cannot express; fail with a clear message. */}}
 {{- define "kraftlog.validate" -}}
 {{- if lt (int .Values.broker.nodeIdOffset) (int .Values.controller.replicaCount) -}}
@@ -197,6 +222,15 @@ failureThreshold: {{ .probe.failureThreshold }}
 {{- end -}}
 {{- if gt (int .Values.broker.defaultReplicationFactor) (int .Values.broker.replicaCount) -}}
 {{- fail (printf "broker.defaultReplicationFactor (%d) must be <= broker.replicaCount (%d)" (int .Values.broker.defaultReplicationFactor) (int .Values.broker.replicaCount)) -}}
+{{- end -}}
+{{- $ext := .Values.broker.externalAccess -}}
+{{- if $ext.enabled -}}
+{{- if lt (len $ext.advertisedHosts) (int .Values.broker.replicaCount) -}}
+{{- fail (printf "broker.externalAccess.advertisedHosts has %d entries for %d brokers: give the host outside clients reach each broker ordinal at" (len $ext.advertisedHosts) (int .Values.broker.replicaCount)) -}}
+{{- end -}}
+{{- if and (eq $ext.type "NodePort") (lt (len $ext.nodePorts) (int .Values.broker.replicaCount)) -}}
+{{- fail (printf "broker.externalAccess.nodePorts has %d entries for %d brokers: NodePort needs one fixed port per broker ordinal (it is advertised)" (len $ext.nodePorts) (int .Values.broker.replicaCount)) -}}
+{{- end -}}
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) -}}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled" -}}

@@ -556,6 +556,14 @@ class AdminClient:
                 include_fenced_brokers=include_fenced_brokers), timeout_ms, check=False)
         return answer
 
+    async def unregister_broker(self, broker_id: int, *, timeout_ms: int | None = None,
+                                ) -> controller_pb2.UnregisterBrokerResponse:
+        """Remove a (stopped) broker's registration; a running broker registers again."""
+        answer: controller_pb2.UnregisterBrokerResponse = await self._call(
+            "UnregisterBroker", controller_pb2.UnregisterBrokerRequest(broker_id=broker_id),
+            timeout_ms, check=False)
+        return answer
+
     async def describe_quorum(self, *, timeout_ms: int | None = None,
                               ) -> raft_pb2.DescribeQuorumResponse:
         answer: raft_pb2.DescribeQuorumResponse = await self._call(

@@ -10,7 +10,7 @@ Where the answers come from:
 
 - controller writes and reads (CreateTopics, DeleteTopics, CreatePartitions,
   AlterPartitionReassignments, ElectLeaders, IncrementalAlterConfigs, DescribeConfigs,
-  DescribeCluster, ListPartitionReassignments) are forwarded to the active
+  DescribeCluster, UnregisterBroker, ListPartitionReassignments) are forwarded to the active
   controller's ControllerService. A controller that is not active answers
   NOT_CONTROLLER with a hint (its ``active_controller``); the locator follows the
   hint, or walks the bootstrap list, with ``retry.backoff.ms`` between rounds, until
@@ -465,6 +465,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                               context: Any) -> controller_pb2.DescribeClusterResponse:
         return await self._forward("DescribeCluster", request, context,
                                    controller_pb2.DescribeClusterResponse)
+
+    async def UnregisterBroker(self, request: controller_pb2.UnregisterBrokerRequest,
+                               context: Any) -> controller_pb2.UnregisterBrokerResponse:
+        return await self._forward("UnregisterBroker", request, context,
+                                   controller_pb2.UnregisterBrokerResponse)
 
     async def DescribeConfigs(self, request: controller_pb2.DescribeConfigsRequest,
                               context: Any) -> controller_pb2.DescribeConfigsResponse:

@@ -249,6 +249,43 @@ def _keep_order(chosen: list[int], current: Sequence[int]) -> list[int]:
     return old + [b for b in chosen if b not in old]
 
 
+def propose_decommission(current: Mapping[tuple[str, int], Sequence[int]], *, broker: int,
+                         brokers: Sequence[int],
+                         racks: Mapping[int, str] | None = None) -> Plan:
+    """A plan taking every replica off ``broker`` (``kraftlog cluster decommission``).
+
+    Only partitions with a replica on ``broker`` move, and only that replica: it is
+    replaced in place (a preferred leader's place goes to its replacement) by one of
+    ``brokers`` that holds no replica of the partition, preferring a rack the partition's
+    other replicas do not use, then the broker with the fewest replicas (counting the
+    moves already planned), then the lowest id. PlanError when a partition has more
+    replicas than the other brokers can hold.
+    """
+    targets = sorted(set(brokers) - {broker})
+    rack_of = {b: (racks or {}).get(b, "") for b in targets}
+    load = dict.fromkeys(targets, 0)
+    for replicas in current.values():
+        for b in replicas:
+            if b in load:
+                load[b] += 1
+    moves: list[PartitionMove] = []
+    for (topic, partition), replicas in sorted(current.items()):
+        if broker not in replicas:
+            continue
+        others = [b for b in replicas if b != broker]
+        candidates = [b for b in targets if b not in others]
+        if not candidates:
+            raise PlanError(f"{topic}-{partition} has {len(replicas)} replicas and the other "
+                            f"brokers {targets} cannot hold them all without broker {broker}")
+        used_racks = {rack_of.get(b, "") for b in others}
+        fresh = [b for b in candidates if rack_of[b] not in used_racks] or candidates
+        best = min(fresh, key=lambda b: (load[b], b))
+        load[best] += 1
+        moves.append(PartitionMove(topic=topic, partition=partition, replicas=tuple(
+            best if b == broker else b for b in replicas)))
+    return Plan(partitions=tuple(moves))
+
+
 def current_plan(current: Mapping[tuple[str, int], Sequence[int]]) -> Plan:
     """The plan that describes today's assignment (printed as the rollback plan)."""
     return Plan(partitions=tuple(PartitionMove(topic=t, partition=p, replicas=tuple(r))

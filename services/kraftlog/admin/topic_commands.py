@@ -1,4 +1,5 @@
-"""``kraftlog topics create|list|describe|alter|delete`` and ``kraftlog cluster describe``.
+"""``kraftlog topics create|list|describe|alter|delete`` and ``kraftlog cluster describe``
+(``cluster decommission``: :mod:`.decommission_commands`).
 
 The kafka-topics.sh of kraftlog, over the AdminService (:mod:`.admin_client`). Every
 subcommand takes where the AdminService is, one of:
@@ -464,7 +465,7 @@ def register(subparsers: Any) -> None:
     delete.set_defaults(func=run_delete)
 
     cluster = subparsers.add_parser(
-        "cluster", help="describe the cluster (id, active controller, brokers)",
+        "cluster", help="describe the cluster (id, active controller, brokers); decommission a broker",
         description="Look at the cluster through the AdminService.")
     csub = cluster.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND")
     csub.required = True
@@ -473,3 +474,5 @@ def register(subparsers: Any) -> None:
                        help="also list fenced brokers")
     _common(cdesc, output=True)
     cdesc.set_defaults(func=run_cluster_describe)
+    from kraftlog.admin import decommission_commands  # it imports this module
+    decommission_commands.register(csub)

@@ -17,11 +17,15 @@ Startup, in order (Kafka's BrokerServer):
 3. register with the active controller and heartbeat (:mod:`.controller_client`);
 4. serve BrokerService and gRPC health on the first ``listeners`` entry: "liveness"
    is SERVING once the server runs; "" and ``kraftlog.v1.BrokerService`` once the
-   broker is registered, caught up and unfenced. The same port serves the AdminService
+   broker is registered, caught up and unfenced; "in-sync" once it is also in the ISR of
+   the partitions it hosts, or has been out of it ``kraftlog.readiness.isr.timeout.ms``
+   (:mod:`.readiness`; the Helm chart's readiness probe). The same port serves the AdminService
    (:func:`kraftlog.admin.admin_service.serve_on`, forwarding to the active controller
    of ``controller.quorum.voters``), so tools take ``--bootstrap-server BROKER`` (KIP-590);
    the listeners named in ``kraftlog.kafka.listener.names`` (default ``KAFKA``) speak Kafka's
    binary protocol instead (:mod:`.kafka_server`, :mod:`.kafka_apis`: the same data plane);
+   every further broker listener (e.g. EXTERNAL) gets BrokerService and AdminService on a
+   gRPC server of its own, whose Metadata names that listener's endpoints;
 5. send the leaders' pending ISR changes to the controller as AlterPartition (one
    request per batch of proposals; answers fed back to the partitions);
 6. write ``replication-offset-checkpoint`` (high watermarks) every
@@ -66,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -91,6 +96,7 @@ from kraftlog.broker import (
 )
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
+from kraftlog.broker import readiness as broker_readiness
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
@@ -152,7 +158,8 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
                       doc="the controller voter set, id@host:port,..."),
     kconfig.ConfigKey(name="listeners", type=_L, default=None, required=True,
-                      doc="NAME://host:port,...; the first is served and registered"),
+                      doc="NAME://host:port,...; each broker listener is served (Metadata on it names "
+                          "its listener's endpoints) and registered"),
     kconfig.ConfigKey(name="advertised.listeners", type=_L, default=None,
                       doc="NAME://host:port,... registered for clients and other brokers "
                           "(default: listeners)"),
@@ -161,6 +168,10 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="metadata.log.dir", type=_S, default=None,
                       doc="directory holding __cluster_metadata-0; default: first of log.dirs"),
     kconfig.ConfigKey(name="broker.rack", type=_S, default="", doc="this broker's rack"),
+    kconfig.ConfigKey(name="kraftlog.readiness.isr.timeout.ms", type=_I, default=300_000,
+                      validator=kconfig.at_least(0),
+                      doc="the 'in-sync' health service turns SERVING after this long out of "
+                          "the ISR of a hosted partition (kraftlog.broker.readiness)"),
     kconfig.ConfigKey(name="broker.heartbeat.interval.ms", type=_I, default=2000,
                       validator=kconfig.at_least(1), doc="ms between broker heartbeats"),
     kconfig.ConfigKey(name="broker.session.timeout.ms", type=_I, default=9000,
@@ -255,6 +266,10 @@ BROKER_CONFIG = kconfig.ConfigDef([
 for _name, _key in raft_commands.CONTROLLER_CONFIG.keys().items():
     if _name.startswith("controller.quorum.") and _name != "controller.quorum.voters":
         BROKER_CONFIG.define(_key)
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 def wall_ms() -> int:
@@ -668,6 +683,34 @@ class _Publisher:
             self._tracer.start_span(name, attributes=attributes, links=links).end()
 
 
+def _extra_listener_servers(extra: list[common_pb2.Endpoint],
+                            advertised: list[common_pb2.Endpoint],
+                            servicer_for: Callable[[str], server.BrokerServicer],
+                            admin_settings: admin_service.AdminSettings,
+                            tls_for: Callable[[str], tls.ServerTls | None],
+                            ) -> tuple[list[Any], list[Any]]:
+    """A gRPC server (BrokerService + AdminService, bound, not started) per further broker
+    listener, e.g. the Helm chart's EXTERNAL one. gRPC does not tell a servicer which port a
+    call came in on, and Metadata and leader hints must name the endpoints of the listener
+    the client connected to (Kafka's rule), so each listener gets a servicer of its own."""
+    names = {e.listener_name for e in advertised}
+    servers: list[Any] = []
+    locators: list[Any] = []
+    for endpoint in extra:
+        if endpoint.listener_name not in names:
+            raise errors.ConfigError(f"listener {endpoint.listener_name} is not in "
+                                     f"advertised.listeners {sorted(names)}: clients of it "
+                                     "could not be told where to connect")
+        server_tls = tls_for(endpoint.listener_name)
+        grpc_server = server.create_server(servicer_for(endpoint.listener_name),
+                                           server_tls=server_tls)
+        locators.append(admin_service.serve_on(grpc_server, admin_settings))
+        rpc.bind(grpc_server, f"{endpoint.host or '0.0.0.0'}:{endpoint.port}",
+                 server_tls=server_tls)
+        servers.append(grpc_server)
+    return servers, locators
+
+
 async def serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None = None) -> int:
     """Run the broker until SIGTERM/SIGINT; with ``shared`` (combined mode) it listens to
     the co-located controller's raft driver instead of fetching the log as an observer,
@@ -882,6 +925,17 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                         reflected=(admin_service.SERVICE_NAME,))
     listen = f"{listeners[0].host or '0.0.0.0'}:{listeners[0].port}"
     rpc.bind(grpc_server, listen, server_tls=server_tls)
+    extra_servers, extra_locators = _extra_listener_servers(
+        listeners[1:], advertised, lambda name: server.BrokerServicer(
+            data, broker_id=node_id, cluster_id=cluster_id, image=lambda: loader.image,
+            controller_id=lambda: loader.leader_id, listener_name=name,
+            log_dirs=[str(d) for d in log_dirs], ready=lambda: lifecycle.ready,
+            producer_ids=allocate_producer_id, groups=groups,
+            broker_identity=tls.identities(cfg)[0]),
+        admin_service.AdminSettings(bootstrap_controllers=tuple(voters.values()),
+                                    voters=voters,
+                                    request_timeout_ms=settings.request_timeout_ms),
+        lambda name: tls.listener_tls(cfg, name))
     if registry is not None:
         try:
             registry.serve(metrics_port, cfg.get_str("kraftlog.metrics.host"))
@@ -891,6 +945,8 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      f"{cfg.get_str('kraftlog.metrics.host')}:{metrics_port}: "
                                      f"{exc}") from None
     await grpc_server.start()
+    for extra_server in extra_servers:
+        await extra_server.start()
     for listener in kafka:
         try:
             await listener.start()
@@ -899,6 +955,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             raise errors.ConfigError(f"cannot listen on {listener.host}:{listener.port} "
                                      f"({listener.name}): {exc}") from None
     await health.start(serving=False)
+    await health.set_named(health_server.IN_SYNC_SERVICE_NAME, False)
     data.start()
     groups.start()
     if shared is None:
@@ -908,15 +965,40 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                 listen, cluster_id, ",".join(f"{v}@{e}" for v, e in sorted(voters.items())),
                 os.getpid())
 
+    gate = broker_readiness.InSyncGate(timeout_ms=cfg.get_int("kraftlog.readiness.isr.timeout.ms"))
+
     async def publish_health() -> None:
+        in_sync: bool | None = None
+        # The last scan and the topics image it read: images share unchanged parts, so an
+        # image with the same topics object (NoOp records, configs, heartbeats) needs none.
+        scanned: tuple[object, list[im.PartitionInfo]] | None = None
         while True:
-            await health_changed.wait()
+            # Woken by metadata (ISR changes) and lifecycle changes; while a timeout is
+            # pending, also when it expires. One O(partitions) scan per topics change at most.
+            deadline_ms = gate.next_deadline_ms()
+            timeout_s = (None if deadline_ms is None
+                         else max(0.0, deadline_ms - monotonic_ms()) / 1000 + 0.01)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(health_changed.wait(), timeout_s)
             health_changed.clear()
             serving = lifecycle.ready
             if await health.set_serving(serving):
                 logger.info("broker=%d event=health serving=%s broker_epoch=%d "
                             "metadata_offset=%d", node_id, serving, lifecycle.broker_epoch,
                             loader.image.provenance.last_offset)
+            if serving and (scanned is None or scanned[0] is not loader.image.topics):
+                scanned = (loader.image.topics,
+                           list(broker_readiness.out_of_sync(loader.image, node_id)))
+            lagging = scanned[1] if serving and scanned is not None else []
+            ready = gate.update(now_ms=monotonic_ms(), base_ready=serving,
+                                lagging=len(lagging))
+            if ready != in_sync:
+                in_sync = ready
+                await health.set_named(health_server.IN_SYNC_SERVICE_NAME, ready)
+                logger.info("broker=%d event=health service=%s serving=%s timed_out=%s "
+                            "out_of_isr=%s", node_id, health_server.IN_SYNC_SERVICE_NAME, ready,
+                            gate.timed_out, ",".join(f"{p.topic_name}-{p.partition_id}"
+                                                     for p in lagging[:10]) or "-")
 
     async def send_alter_partitions() -> None:
         while True:
@@ -1053,7 +1135,11 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         await producer_id_allocator.close()
         await client.close()
         await rpc_guard.stop_server(grpc_server, SHUTDOWN_GRACE_S)
+        for extra_server in extra_servers:
+            await rpc_guard.stop_server(extra_server, SHUTDOWN_GRACE_S)
         await admin_locator.close()
+        for locator in extra_locators:
+            await locator.close()
         if checkpoint_write is not None:
             await asyncio.gather(checkpoint_write, return_exceptions=True)
         logs.write_checkpoints(manager.high_watermarks())

@@ -12,7 +12,10 @@ and runs the :class:`~.driver.RaftDriver` until SIGTERM/SIGINT, on which a
 leader resigns gracefully (KIP-595) before the process exits 0.
 
 Health (``grpc.health.v1``, service "" and ``kraftlog.v1.RaftService``) is
-SERVING while the node knows a leader (itself included), NOT_SERVING otherwise.
+SERVING while the node knows a leader (itself included), NOT_SERVING otherwise;
+"caught-up" (the Helm chart's readiness probe) while it also leads, or its log reaches
+the high watermark of its leader's last Fetch answer (checked every
+:data:`CAUGHT_UP_POLL_S`).
 Each role change is one log line from the driver
 (``node=<id> epoch=<e> from=<role> to=<role> leader=<id> reason=...``).
 
@@ -62,6 +65,8 @@ METADATA_PARTITION_DIR = "__cluster_metadata-0"
 RAFT_SERVICE_NAME = "kraftlog.v1.RaftService"
 SHUTDOWN_GRACE_S = 1.0
 METRICS_SAMPLE_INTERVAL_S = 1.0
+CAUGHT_UP_POLL_S = 0.5
+"""How often a controller re-checks its "caught-up" readiness (no event says the log grew)."""
 
 _I = kconfig.ConfigType.INT
 _S = kconfig.ConfigType.STRING
@@ -297,6 +302,7 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
     servicer.handler = raft
     await server.start()
     await health.start(serving=False)
+    await health.set_named(health_server.CAUGHT_UP_SERVICE_NAME, False)
     raft.start()
     host.start()
     if shared is not None:
@@ -312,14 +318,28 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
             loop.add_signal_handler(sig, stop.set)
 
     async def publish_health() -> None:
+        caught_up: bool | None = None
         while True:
-            status = await status_q.get()
-            raft_metrics.set_status(role=status.role.value, epoch=status.epoch,
-                                    leader_id=status.leader_id)
-            serving = status.leader_id >= 0 and status.role is not Role.RESIGNED
-            if await health.set_serving(serving):
-                logger.info("node=%s epoch=%s event=health serving=%s role=%s leader=%s",
-                            node_id, status.epoch, serving, status.role.value, status.leader_id)
+            try:
+                status = await asyncio.wait_for(status_q.get(), CAUGHT_UP_POLL_S)
+            except TimeoutError:
+                status = None
+            if status is not None:
+                raft_metrics.set_status(role=status.role.value, epoch=status.epoch,
+                                        leader_id=status.leader_id)
+                serving = status.leader_id >= 0 and status.role is not Role.RESIGNED
+                if await health.set_serving(serving):
+                    logger.info("node=%s epoch=%s event=health serving=%s role=%s leader=%s",
+                                node_id, status.epoch, serving, status.role.value,
+                                status.leader_id)
+            # Log progress changes no status: polled (safe: one thread, the driver parked).
+            now_caught_up = bool(health.serving) and raft.client.is_caught_up()
+            if now_caught_up != caught_up:
+                caught_up = now_caught_up
+                await health.set_named(health_server.CAUGHT_UP_SERVICE_NAME, now_caught_up)
+                logger.info("node=%s epoch=%s event=health service=%s serving=%s "
+                            "log_end_offset=%d", node_id, raft.status.epoch,
+                            health_server.CAUGHT_UP_SERVICE_NAME, now_caught_up, log.end_offset)
 
     async def sample_log_metrics() -> None:
         while True:

@@ -248,6 +248,16 @@ class RaftClient:
     def role(self) -> Role:
         return self.quorum.role
 
+    def is_caught_up(self) -> bool:
+        """This node holds everything the quorum has committed: it leads, or it follows and
+        its log reaches the high watermark of its leader's last Fetch answer in this epoch
+        (a controller's readiness: a rolling restart moves on only when it is true)."""
+        state = self.quorum.state
+        if isinstance(state, es.LeaderState):
+            return True
+        return (isinstance(state, es.FollowerState)
+                and 0 <= state.leader_high_watermark <= self.log.end_offset)
+
     def leader_hint(self) -> int:
         if self.quorum.role is Role.RESIGNED:
             return m.NO_ID
@@ -1070,6 +1080,7 @@ class RaftClient:
                 if self.quorum.is_voter:
                     self.log.flush()
             if response.high_watermark >= 0:
+                state.leader_high_watermark = response.high_watermark
                 self.log.update_high_watermark(min(response.high_watermark, self.log.end_offset))
 
     def _truncate_to_diverging(self, diverging: m.OffsetAndEpoch, now_ms: int) -> bool:

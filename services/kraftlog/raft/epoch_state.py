@@ -329,8 +329,8 @@ class FollowerState(EpochState):
     in ``snapshot_buffer``.
     """
 
-    __slots__ = ("fetch_deadline_ms", "leader_endpoint", "leader_id_", "leader_resigned",
-                 "snapshot_buffer", "snapshot_id")
+    __slots__ = ("fetch_deadline_ms", "leader_endpoint", "leader_high_watermark", "leader_id_",
+                 "leader_resigned", "snapshot_buffer", "snapshot_id")
     role = Role.FOLLOWER
 
     def __init__(self, epoch: Epoch, *, leader_id: NodeId, leader_endpoint: str,
@@ -343,6 +343,8 @@ class FollowerState(EpochState):
         self.snapshot_buffer = bytearray()
         # Set by EndQuorumEpoch from our leader: it is gone, so pre-votes may be granted.
         self.leader_resigned = False
+        # The high watermark of the leader's last Fetch answer in this epoch; -1 before one.
+        self.leader_high_watermark = -1
 
     def election_state(self, voters: frozenset[int]) -> ElectionState:
         return ElectionState(epoch=self.epoch, leader_id=self.leader_id_, voters=voters)

@@ -88,6 +88,11 @@ class AdminServiceStub:
                 request_serializer=kraftlog_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=kraftlog_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.UnregisterBroker = channel.unary_unary(
+                '/kraftlog.v1.AdminService/UnregisterBroker',
+                request_serializer=kraftlog_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
+                response_deserializer=kraftlog_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.FromString,
+                _registered_method=True)
         self.DescribeQuorum = channel.unary_unary(
                 '/kraftlog.v1.AdminService/DescribeQuorum',
                 request_serializer=kraftlog_dot_v1_dot_raft__pb2.DescribeQuorumRequest.SerializeToString,
@@ -196,6 +201,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UnregisterBroker(self, request, context):
+        """Remove a stopped broker's registration (kafka-cluster unregister); the last
+        step of `kraftlog cluster decommission`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def DescribeQuorum(self, request, context):
         """The quorum's status and replication views (kafka-metadata-quorum describe).
         """
@@ -291,6 +304,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=kraftlog_dot_v1_dot_controller__pb2.DescribeClusterRequest.FromString,
                     response_serializer=kraftlog_dot_v1_dot_controller__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'UnregisterBroker': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterBroker,
+                    request_deserializer=kraftlog_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.FromString,
+                    response_serializer=kraftlog_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.SerializeToString,
             ),
             'DescribeQuorum': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeQuorum,
@@ -594,6 +612,33 @@ class AdminService:
             '/kraftlog.v1.AdminService/DescribeCluster',
             kraftlog_dot_v1_dot_controller__pb2.DescribeClusterRequest.SerializeToString,
             kraftlog_dot_v1_dot_controller__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterBroker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kraftlog.v1.AdminService/UnregisterBroker',
+            kraftlog_dot_v1_dot_controller__pb2.UnregisterBrokerRequest.SerializeToString,
+            kraftlog_dot_v1_dot_controller__pb2.UnregisterBrokerResponse.FromString,
             options,
             channel_credentials,
             insecure,

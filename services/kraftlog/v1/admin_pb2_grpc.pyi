@@ -78,6 +78,10 @@ class AdminServiceStub:
     """Preferred or unclean leader election (kafka-leader-election)."""
     DescribeCluster: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse]
     """Cluster id, active controller, brokers (kafka-cluster / describeCluster)."""
+    UnregisterBroker: _grpc.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]
+    """Remove a stopped broker's registration (kafka-cluster unregister); the last
+    step of `kraftlog cluster decommission`.
+    """
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
     """The quorum's status and replication views (kafka-metadata-quorum describe)."""
     DescribeConfigs: _grpc.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]
@@ -122,6 +126,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Preferred or unclean leader election (kafka-leader-election)."""
     DescribeCluster: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeClusterRequest, _controller_pb2.DescribeClusterResponse]  # type: ignore[assignment]
     """Cluster id, active controller, brokers (kafka-cluster / describeCluster)."""
+    UnregisterBroker: _aio.UnaryUnaryMultiCallable[_controller_pb2.UnregisterBrokerRequest, _controller_pb2.UnregisterBrokerResponse]  # type: ignore[assignment]
+    """Remove a stopped broker's registration (kafka-cluster unregister); the last
+    step of `kraftlog cluster decommission`.
+    """
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     """The quorum's status and replication views (kafka-metadata-quorum describe)."""
     DescribeConfigs: _aio.UnaryUnaryMultiCallable[_controller_pb2.DescribeConfigsRequest, _controller_pb2.DescribeConfigsResponse]  # type: ignore[assignment]
@@ -223,6 +231,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_controller_pb2.DescribeClusterResponse, _abc.Awaitable[_controller_pb2.DescribeClusterResponse]]:
         """Cluster id, active controller, brokers (kafka-cluster / describeCluster)."""
+
+    @_abc_1.abstractmethod
+    def UnregisterBroker(
+        self,
+        request: _controller_pb2.UnregisterBrokerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_controller_pb2.UnregisterBrokerResponse, _abc.Awaitable[_controller_pb2.UnregisterBrokerResponse]]:
+        """Remove a stopped broker's registration (kafka-cluster unregister); the last
+        step of `kraftlog cluster decommission`.
+        """
 
     @_abc_1.abstractmethod
     def DescribeQuorum(
