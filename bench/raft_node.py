@@ -34,12 +34,13 @@ from typing import Any
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.raft import commands, consensus, driver, transport
+from kraftlog.raft import consensus, driver, transport
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.tools import controller_commands as commands
 
 MAX_LOAD_RECORDS = 20_000_000
 

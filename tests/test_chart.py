@@ -425,7 +425,7 @@ def test_broker_services_and_properties() -> None:
 
 
 def test_admin_properties_hold_only_keys_the_admin_command_reads(tmp_path: pathlib.Path) -> None:
-    from kraftlog.admin import server_commands
+    from kraftlog.tools import admin_commands as server_commands
 
     path = tmp_path / "admin.properties"
     path.write_text(find(render(), "ConfigMap", f"{RELEASE}-config")["data"]["admin.properties"])
@@ -551,7 +551,7 @@ def test_helm_test_pod_calls_describe_cluster_on_the_admin_service() -> None:
 def test_controller_pod_config_is_accepted_by_the_controller_command(tmp_path: pathlib.Path) -> None:
     """The file `kraftlog controller --config` reads, as the pod writes it, parses cleanly."""
     commands = pytest.importorskip(
-        "kraftlog.raft.commands", reason="kraftlog controller command not in this tree yet")
+        "kraftlog.tools.controller_commands", reason="kraftlog controller command not in this tree yet")
     from kraftlog.raft import raft_config
 
     docs = render("values-5-controllers.yaml")

@@ -15,19 +15,18 @@ from typing import Any
 
 import pytest
 
-from kraftlog import cli, client
 from kraftlog import cli_conventions as conventions
-from kraftlog.admin import delete_records_commands as drc
-from kraftlog.admin import quorum_commands as qc
+from kraftlog import client
 from kraftlog.admin import quorum_history
-from kraftlog.admin import reassign_commands as rc
 from kraftlog.admin import reassign_plan as rp
-from kraftlog.admin import topic_commands as tc
-from kraftlog.client import commands as client_commands
-from kraftlog.dev import commands as dev_commands
 from kraftlog.dev import process as dev_process
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.storage import record_batch as rb
+from kraftlog.tools import cli, client_commands, dev_commands
+from kraftlog.tools import delete_records_commands as drc
+from kraftlog.tools import quorum_commands as qc
+from kraftlog.tools import reassign_commands as rc
+from kraftlog.tools import topic_commands as tc
 from kraftlog.v1 import admin_pb2, broker_pb2, common_pb2, controller_pb2, raft_pb2
 from tests.quorum_cluster import free_ports
 

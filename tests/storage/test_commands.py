@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from kraftlog import cli
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import checkpoint, meta_properties, uuid
 from kraftlog.storage import record_batch as rb
+from kraftlog.tools import cli
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 OTHER_CLUSTER = "AbCdEfGhIjKlMnOpQrStUg"

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from kraftlog import errors
-from kraftlog.raft import commands
+from kraftlog.tools import controller_commands as commands
 
 
 def parse(*argv: str) -> argparse.Namespace:

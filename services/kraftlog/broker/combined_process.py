@@ -21,9 +21,9 @@ import signal
 from kraftlog import config as kconfig
 from kraftlog import errors
 from kraftlog.broker import process as broker_process
-from kraftlog.raft import commands as raft_commands
 from kraftlog.raft import shared_driver
 from kraftlog.telemetry import logging as log_setup
+from kraftlog.tools import controller_commands as raft_commands
 
 logger = logging.getLogger(__name__)
 ROLES = ("controller", "broker")

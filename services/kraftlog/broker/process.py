@@ -89,7 +89,6 @@ from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import loader as ld
 from kraftlog.metadata import record_convert
-from kraftlog.raft import commands as raft_commands
 from kraftlog.raft import driver, shared_driver
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
@@ -103,6 +102,7 @@ from kraftlog.storage.uuid import Uuid, random_uuid
 from kraftlog.telemetry import broker_metrics as bm
 from kraftlog.telemetry import grpc_tracing, metrics, tracing
 from kraftlog.telemetry import logging as log_setup
+from kraftlog.tools import controller_commands as raft_commands
 from kraftlog.v1 import common_pb2, controller_pb2
 
 logger = logging.getLogger(__name__)

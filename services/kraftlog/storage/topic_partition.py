@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from kraftlog.errors import InvalidTopicError
 
+METADATA_PARTITION_DIR = "__cluster_metadata-0"
+"""The KRaft metadata log's partition directory (topic ``__cluster_metadata``, partition 0)."""
+
 MAX_TOPIC_NAME_LENGTH = 249
 """Kafka's limit (``Topic.MAX_NAME_LENGTH``): 255 minus room for ``-<partition>``
 and the ``.<uuid>-delete`` suffix a deleted partition directory gets."""

@@ -36,11 +36,12 @@ import grpc.aio
 
 from kraftlog import config as kconfig
 from kraftlog import errors, health_server, rpc_guard
-from kraftlog.admin import admin_service, quorum_commands
+from kraftlog.admin import admin_service
 from kraftlog.raft import transport
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.telemetry import admin_metrics, grpc_tracing, metrics, tracing
 from kraftlog.telemetry import logging as log_setup
+from kraftlog.tools import quorum_commands
 from kraftlog.v1 import admin_pb2
 
 logger = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ def run_admin(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``admin`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``admin`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     admin = subparsers.add_parser(
         "admin", help="run the AdminService (stateless operator API)",
         description="Run the stateless AdminService: it finds the active controller and "

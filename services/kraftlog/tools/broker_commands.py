@@ -1,4 +1,4 @@
-"""``kraftlog broker``: the broker role's subcommand (see :mod:`kraftlog.cli`).
+"""``kraftlog broker``: the broker role's subcommand (see :mod:`kraftlog.tools.cli`).
 
 Owns only argument parsing; the process itself is :mod:`kraftlog.broker.process`.
 Edge module.

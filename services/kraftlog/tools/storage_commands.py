@@ -25,7 +25,7 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
   is its older name) or as JSON Lines with DumpLogSegments' names (formatting lives
   in :mod:`kraftlog.storage.dump`).
 
-Called by :mod:`kraftlog.cli` through :func:`register`. An edge module: it may
+Called by :mod:`kraftlog.tools.cli` through :func:`register`. An edge module: it may
 use the clock (the date comment of ``meta.properties``) and the generated
 protobuf code. Expected failures raise ``KraftlogError`` subclasses, which
 the CLI prints as one line with exit code 1; usage errors exit 2 (argparse).
@@ -51,11 +51,18 @@ from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.ids import NodeId
 from kraftlog.raft import control_records
-from kraftlog.storage import atomic_file, checkpoint, dump, log_dir_lock, meta_properties, uuid
+from kraftlog.storage import (
+    atomic_file,
+    checkpoint,
+    dump,
+    log_dir_lock,
+    meta_properties,
+    topic_partition,
+    uuid,
+)
 from kraftlog.storage import record_batch as rb
 
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
-"""The KRaft metadata log's partition directory (topic ``__cluster_metadata``, partition 0)."""
+METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 
 BOOTSTRAP_VOTERS_FILE = "bootstrap-voters.json"
 """Where ``format`` records the initial voter set until the raft layer writes it
@@ -593,7 +600,7 @@ def run_dump(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``storage`` and ``log`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``storage`` and ``log`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     storage = subparsers.add_parser("storage", help="format and inspect data directories")
     storage_sub = storage.add_subparsers(dest="storage_command", metavar="SUBCOMMAND")
     storage_sub.required = True

@@ -23,7 +23,7 @@ on ``--metrics-port`` / ``kraftlog.metrics.port`` (0 = none), and logs at
 ``--log-level`` / ``kraftlog.log.level`` as text or JSON lines
 (``--log-format`` / ``kraftlog.log.format``).
 
-Every refusal is a :class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.cli`
+Every refusal is a :class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.tools.cli`
 prints as one line on stderr with exit code 1. The replicated state machine is the
 QuorumController (:mod:`kraftlog.controller.process`), which also serves
 ControllerService on the same listener.
@@ -50,13 +50,13 @@ from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import RaftConfig, parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
-from kraftlog.storage import log_dir_lock, meta_properties
+from kraftlog.storage import log_dir_lock, meta_properties, topic_partition
 from kraftlog.telemetry import controller_metrics, grpc_tracing, metrics, raft_tracing, tracing
 from kraftlog.telemetry import logging as log_setup
 
 logger = logging.getLogger(__name__)
 
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
+METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 RAFT_SERVICE_NAME = "kraftlog.v1.RaftService"
 SHUTDOWN_GRACE_S = 1.0
 METRICS_SAMPLE_INTERVAL_S = 1.0
@@ -380,7 +380,7 @@ def run_controller(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``controller`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``controller`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     ctl = subparsers.add_parser(
         "controller", help="run a KRaft controller quorum member",
         description="Run one controller-quorum member (raft over gRPC), like "

@@ -30,7 +30,7 @@ topic, partition and offset (and the offset to start from to skip it), exit code
 error (exit 2).
 
 Bad arguments, unknown topics and unreachable brokers (named) raise
-:class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.cli` prints as one
+:class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.tools.cli` prints as one
 line with exit code 1. Edge module: stdin/stdout and the client library.
 """
 

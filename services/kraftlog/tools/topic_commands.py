@@ -26,7 +26,7 @@ lowerCamelCase keys, :mod:`kraftlog.cli_conventions`). The
 
 Bad input (a malformed ``--config``, a non-positive count, an unknown topic, a
 replication factor above the broker count, an unreachable admin service) is one
-line on stderr and exit 1 (:mod:`kraftlog.cli` prints the
+line on stderr and exit 1 (:mod:`kraftlog.tools.cli` prints the
 :class:`~kraftlog.errors.KraftlogError`); argparse usage errors exit 2. The
 rendering functions (``format_*``, ``*_json``) are pure and unit-tested.
 Edge module: argparse, asyncio, protobuf.
@@ -400,7 +400,7 @@ def _common(parser: argparse.ArgumentParser, *, output: bool) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``topics`` and ``cluster`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``topics`` and ``cluster`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     topics = subparsers.add_parser(
         "topics", help="create, list, describe, alter and delete topics",
         description="Manage topics through the AdminService (like kafka-topics.sh).")
