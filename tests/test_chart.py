@@ -436,7 +436,7 @@ def test_admin_properties_hold_only_keys_the_admin_command_reads(tmp_path: pathl
 
 
 def test_broker_pod_config_is_accepted_by_the_broker_command(tmp_path: pathlib.Path) -> None:
-    from kraftlog.broker import process as broker_process
+    from kraftlog.server import broker_server as broker_process
 
     docs = render()
     pod = find(docs, "StatefulSet", f"{RELEASE}-broker")["spec"]["template"]["spec"]
@@ -550,9 +550,9 @@ def test_helm_test_pod_calls_describe_cluster_on_the_admin_service() -> None:
 
 def test_controller_pod_config_is_accepted_by_the_controller_command(tmp_path: pathlib.Path) -> None:
     """The file `kraftlog controller --config` reads, as the pod writes it, parses cleanly."""
-    commands = pytest.importorskip(
-        "kraftlog.tools.controller_commands", reason="kraftlog controller command not in this tree yet")
     from kraftlog.raft import raft_config
+    from kraftlog.server import controller_server as commands
+    from kraftlog.server import shared_server
 
     docs = render("values-5-controllers.yaml")
     pod = find(docs, "StatefulSet", f"{RELEASE}-controller")["spec"]["template"]["spec"]
@@ -572,8 +572,8 @@ def test_controller_pod_config_is_accepted_by_the_controller_command(tmp_path: p
     assert voters[4] == (f"{RELEASE}-controller-4.{RELEASE}-controller-headless.{NAMESPACE}"
                          ".svc.cluster.local:9093")
     assert commands.controller_listener(cfg).endswith(":9093")
-    assert str(commands.metadata_dir(cfg)) == "/var/lib/kraftlog/metadata"
-    assert commands.raft_config(cfg).election_timeout_ms == 1000
+    assert str(shared_server.metadata_dir(cfg)) == "/var/lib/kraftlog/metadata"
+    assert shared_server.raft_config(cfg).election_timeout_ms == 1000
     assert not cfg.unused(), cfg.unused()
 
 

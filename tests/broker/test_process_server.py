@@ -496,7 +496,7 @@ def test_partitions_spread_over_num_replica_fetchers_and_follow_a_resize(
 def test_the_publisher_takes_num_replica_fetchers_from_dynamic_configs() -> None:
     """The broker's own resource wins over the cluster default, which wins over the config
     file; a value that is not an integer >= 1 is skipped with a warning."""
-    from kraftlog.broker import process
+    from kraftlog.server import broker_server as process
 
     class Fetchers:
         def __init__(self) -> None:

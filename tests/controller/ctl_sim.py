@@ -11,7 +11,7 @@ crash-restart, raft invariants), which it subclasses rather than copies:
   is answered only when that offset commits; reads answer at the committed offset; losing
   leadership reverts to the committed offset and fails pending writes with NOT_CONTROLLER;
   a standby replays committed batches; a snapshot load replaces the state. Periodic jobs
-  of the active one (``controller/process.py``): fence stale brokers, NoOp, rebalance.
+  of the active one (``server/controller_host.py``): fence stale brokers, NoOp, rebalance.
 * :class:`SimBroker` s (not raft members) register, heartbeat and send AlterPartition to
   the node they believe active, over the simulated network; NOT_CONTROLLER or silence
   sends them elsewhere. They crash and restart (new incarnation).
@@ -479,7 +479,7 @@ class SimController:
     def is_committed(self, offset: int) -> bool:
         return offset <= self.committed_offset
 
-    # -- periodic jobs of the active controller (controller/process.py) ----------------------
+    # -- periodic jobs of the active controller (server/controller_host.py) ----------------------
 
     def fence_stale_brokers(self) -> None:
         """One broker per write; after each commit, again while one was fenced."""

@@ -12,11 +12,11 @@ import pytest
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.broker import process as broker_process
 from kraftlog.dev import layout as lay
 from kraftlog.dev import process as dev_process
+from kraftlog.server import broker_server as broker_process
+from kraftlog.server import controller_server as raft_commands
 from kraftlog.tools import admin_commands
-from kraftlog.tools import controller_commands as raft_commands
 
 
 def make(tmp_path: pathlib.Path, **kwargs: object) -> lay.Layout:

@@ -23,7 +23,7 @@ dirs) are plain attribute reads; what it tells the broker (``on_change``) is sch
 the broker's loop with ``call_soon_threadsafe``. :attr:`BrokerLifecycle.max_heartbeat_lateness_ms`
 says how late a heartbeat went out compared with its schedule.
 
-Callers: :mod:`kraftlog.broker.process`. Edge module: asyncio, grpc, protobuf and a thread.
+Callers: :mod:`kraftlog.server.broker_server`. Edge module: asyncio, grpc, protobuf and a thread.
 """
 
 from __future__ import annotations

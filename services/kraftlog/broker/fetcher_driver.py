@@ -21,7 +21,7 @@ bytes appended for throttled partitions are recorded against the quota.
 The leader counts a follower's progress only from the fetch offsets it sends, so
 records appended here are acknowledged by the next Fetch, which leaves at once.
 
-Callers: :mod:`kraftlog.broker.process` applies each
+Callers: :mod:`kraftlog.server.broker_server` applies each
 :class:`~kraftlog.broker.reconciler.ReconcileResult` with
 :meth:`ReplicaFetcherManager.apply`. Edge module: asyncio, grpc and the clock.
 """

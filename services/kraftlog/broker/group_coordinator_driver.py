@@ -25,7 +25,7 @@ Owns :class:`GroupCoordinatorDriver`, the edge around the pure
 * expiration: every ``offsets.retention.check.interval.ms``, offsets committed more than
   ``offsets.retention.minutes`` ago get a tombstone (acks=all) and leave the cache.
 
-Callers: :mod:`kraftlog.broker.process` (wiring), :mod:`kraftlog.broker.server` (the
+Callers: :mod:`kraftlog.server.broker_server` (wiring), :mod:`kraftlog.broker.server` (the
 RPC handlers). Edge module: asyncio and the clock.
 """
 

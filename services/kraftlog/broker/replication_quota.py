@@ -26,7 +26,7 @@ its fetch while the follower quota is exceeded and it is not caught up, and reco
 the bytes it appends for throttled partitions. Consumers are never throttled.
 
 Callers: :mod:`kraftlog.broker.replica_manager` (leader side),
-:mod:`kraftlog.broker.fetcher_driver` (follower side), :mod:`kraftlog.broker.process`
+:mod:`kraftlog.broker.fetcher_driver` (follower side), :mod:`kraftlog.server.broker_server`
 (config updates from each metadata image). Pure: time comes in as ``now_ms``; no
 clock, asyncio or grpc. Single-threaded.
 """

@@ -23,7 +23,7 @@ InitProducerId hands an idempotent producer a new producer id with epoch 0
 (KIP-98, non-transactional path) from the injected ``producer_ids`` allocator.
 Not served yet: FetchStream (gRPC UNIMPLEMENTED).
 
-Callers: :mod:`kraftlog.broker.process` (wiring), the replica fetchers (through
+Callers: :mod:`kraftlog.server.broker_server` (wiring), the replica fetchers (through
 :meth:`DataPlane.dispatch` after follower appends). Edge module: asyncio, grpc,
 protobuf and the clock; no replication rule lives here.
 """

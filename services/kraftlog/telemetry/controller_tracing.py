@@ -92,7 +92,7 @@ class Reason(enum.Enum):
     OTHER = "other"
 
 
-# The controller's write names (controller/server.py, controller/process.py) -> reason.
+# The controller's write names (controller/server.py, server/controller_host.py) -> reason.
 _OPERATION_REASONS = {
     "FenceStaleBrokers": Reason.FENCED_BROKER,
     "UnregisterBroker": Reason.BROKER_UNREGISTERED,
