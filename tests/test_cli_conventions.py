@@ -16,13 +16,14 @@ from typing import Any
 import pytest
 
 from kraftlog import cli_conventions as conventions
-from kraftlog import client
+from kraftlog import client, errors
+from kraftlog import config as kconfig
 from kraftlog.admin import quorum_history
 from kraftlog.admin import reassign_plan as rp
 from kraftlog.dev import process as dev_process
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.storage import record_batch as rb
-from kraftlog.tools import cli, client_commands, dev_commands
+from kraftlog.tools import admin_commands, cli, client_commands, dev_commands
 from kraftlog.tools import delete_records_commands as drc
 from kraftlog.tools import quorum_commands as qc
 from kraftlog.tools import reassign_commands as rc
@@ -340,6 +341,30 @@ def test_admin_commands_prefer_the_admin_variable_when_both_are_set(
     no_env.setenv(conventions.ADMIN_ENV, "admin:19090")
     assert tc.admin_targets(None, None) == ["admin:19090"]
     assert tc.admin_targets(None, "b:1") == ["b:1"]
+
+
+def test_kraftlog_admin_takes_its_endpoints_from_the_variables_without_a_config_file(
+        no_env: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    def settings(*argv: str) -> tuple[list[str], str]:
+        args = cli.build_parser(["admin"]).parse_args(["admin", *argv])
+        cfg = kconfig.load(admin_commands.ADMIN_CONFIG, args.config,
+                           admin_commands.admin_overrides(args))
+        return (cfg.get_list("controller.quorum.bootstrap.servers"),
+                admin_commands.listen_address(cfg))
+
+    assert settings("--bootstrap-controller", "c:1") == (["c:1"], "0.0.0.0:19090")
+    no_env.setenv(conventions.BOOTSTRAP_CONTROLLER_ENV, "c:1,c:2")
+    no_env.setenv(conventions.ADMIN_ENV, "127.0.0.1:19095")
+    assert settings() == (["c:1", "c:2"], "127.0.0.1:19095")
+    assert settings("--listen", "127.0.0.1:7", "--bootstrap-controller", "d:1") == (
+        ["d:1"], "127.0.0.1:7")
+    # A file names its own endpoints: the shell's variables do not move a dev or pod process.
+    config = tmp_path / "admin.properties"
+    config.write_text("controller.quorum.voters=1@v:1\nlisteners=ADMIN://127.0.0.1:8\n")
+    assert settings("--config", str(config)) == ([], "127.0.0.1:8")
+    no_env.setenv(conventions.ADMIN_ENV, "a:1,a:2")
+    with pytest.raises(errors.ConfigError, match="names 2 addresses"):
+        settings()
 
 
 def test_dev_up_exports_every_endpoint_variable(tmp_path: pathlib.Path,
