@@ -376,7 +376,7 @@ class _Publisher:
         self._trace(result)
 
     def _trace(self, result: rc.ReconcileResult) -> None:
-        """One span per partition leader change seen here (DESIGN §3: every leader change),
+        """One span per partition leader change seen here (every partition leader change is a span),
         linked to the controller's election of that leader epoch (tracing.partition_leader_ids)."""
         manager = self.reconciler.manager
         changes = [("broker.become_leader", tp) for tp in result.became_leader]
