@@ -127,7 +127,7 @@ def test_an_unknown_flag_among_valid_ones_is_named_under_the_subcommands_usage(
 
 # -- JSON keys ------------------------------------------------------------------------------------
 
-MAP_FIELDS = {"configs"}
+MAP_FIELDS = {"configs", "otherProperties"}
 """Objects whose keys are data (Kafka's config names), not names of this format."""
 
 
@@ -141,6 +141,18 @@ def bad_keys(payload: Any, path: str = "$") -> Iterator[str]:
     elif isinstance(payload, list):
         for index, item in enumerate(payload):
             yield from bad_keys(item, f"{path}[{index}]")
+
+
+def test_storage_info_json_keys(tmp_path: pathlib.Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "d"
+    assert cli.main(["storage", "format", "--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg",
+                     "--node-id", "1", "--data-dir", str(data)]) == 0
+    capsys.readouterr()
+    assert cli.main(["storage", "info", "--data-dir", str(data), "--output", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["logDirs"][0]["metaProperties"]["nodeId"] == 1
+    assert not list(bad_keys(payload))
 
 
 def test_the_key_checker_catches_snake_and_pascal_case() -> None:
@@ -275,7 +287,7 @@ def test_every_output_option_is_table_or_json_and_text_means_table() -> None:
     assert {"topics list", "topics describe", "cluster describe", "reassign generate",
             "reassign verify", "reassign list", "leader-election", "quorum describe",
             "quorum history", "consume", "dev status", "log dump",
-            "delete-records"} <= set(with_output)
+            "delete-records", "storage info"} <= set(with_output)
 
 
 def _required(parser: argparse.ArgumentParser) -> list[str]:
