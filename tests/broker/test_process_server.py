@@ -24,6 +24,7 @@ from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
+from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as r
 from kraftlog.raft import transport
 from kraftlog.storage import batch_header as bh
@@ -305,7 +306,7 @@ def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
     broker = Broker(tmp_path, isr=(1,), min_isr=1)
     run(broker.servicer.Produce(produce_request([b"a", b"b"], acks=1), None))
     request = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
-        broker_pb2.FetchRequest.FetchTopic(topic=TP.topic, topic_id=server.uuid_to_proto(TOPIC_ID), partitions=[
+        broker_pb2.FetchRequest.FetchTopic(topic=TP.topic, topic_id=record_convert.uuid_to_proto(TOPIC_ID), partitions=[
             broker_pb2.FetchRequest.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0,
                                                    last_fetched_epoch=-1, log_start_offset=-1,
                                                    partition_max_bytes=1 << 20) for p in (0, 7, -1)]),
@@ -315,7 +316,7 @@ def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
     answer = run(broker.servicer.Fetch(request, None))
     topics = {t.topic: t for t in answer.responses}
     assert [t.topic for t in answer.responses] == [TP.topic, "other"]
-    assert server.uuid_from_proto(topics[TP.topic].topic_id) == TOPIC_ID
+    assert record_convert.uuid_from_proto(topics[TP.topic].topic_id) == TOPIC_ID
     parts = {p.partition_index: p for p in topics[TP.topic].partitions}
     assert sorted(parts) == [-1, 0, 7]
     assert parts[0].error.code == common_pb2.NONE and parts[0].high_watermark == 2

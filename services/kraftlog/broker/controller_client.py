@@ -40,8 +40,9 @@ from typing import Any
 import grpc
 
 from kraftlog import errors
-from kraftlog.broker import producer_ids, server
+from kraftlog.broker import producer_ids
 from kraftlog.error_codes import ErrorCode
+from kraftlog.metadata import record_convert
 from kraftlog.raft import transport
 from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
@@ -258,12 +259,12 @@ class BrokerLifecycle:
         while True:
             request = controller_pb2.BrokerRegistrationRequest(
                 broker_id=self.broker_id, cluster_id=self.cluster_id,
-                incarnation_id=server.uuid_to_proto(self.incarnation_id),
+                incarnation_id=record_convert.uuid_to_proto(self.incarnation_id),
                 listeners=self.listeners, rack=self.rack,
                 features=[common_pb2.SupportedFeature(name="metadata.version",
                                                       min_supported_version=1,
                                                       max_supported_version=1)],
-                log_dirs=[server.uuid_to_proto(d) for d in self.log_dir_ids],
+                log_dirs=[record_convert.uuid_to_proto(d) for d in self.log_dir_ids],
                 previous_broker_epoch=self.previous_broker_epoch)
             try:
                 answer = await client.call(
@@ -301,7 +302,7 @@ class BrokerLifecycle:
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                 current_metadata_offset=self._metadata_offset(), want_fence=bool(offline),
                 want_shut_down=self.want_shut_down,
-                offline_log_dirs=[server.uuid_to_proto(d) for d in offline])
+                offline_log_dirs=[record_convert.uuid_to_proto(d) for d in offline])
             sent_s = time.monotonic()
             self.heartbeats_sent += 1
             try:

@@ -49,6 +49,7 @@ from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import image as im
+from kraftlog.metadata import record_convert
 from kraftlog.metadata.records import NO_LEADER
 from kraftlog.raft import transport
 from kraftlog.storage.topic_partition import TopicPartition
@@ -71,7 +72,6 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 INTERNAL_TOPICS = frozenset({go.GROUP_METADATA_TOPIC_NAME})
 """Topics only the broker itself writes (Produce answers INVALID_TOPIC_EXCEPTION)."""
-_MASK64 = (1 << 64) - 1
 
 
 _REPLICA_STATES = {
@@ -89,15 +89,6 @@ _REPLICA_STATES = {
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def uuid_to_proto(value: Uuid) -> common_pb2.Uuid:
-    return common_pb2.Uuid(most_significant_bits=value.most_significant_bits & _MASK64,
-                           least_significant_bits=value.least_significant_bits & _MASK64)
-
-
-def uuid_from_proto(value: common_pb2.Uuid) -> Uuid:
-    return Uuid.from_bits(value.most_significant_bits, value.least_significant_bits)
 
 
 def error_proto(code: ErrorCode, message: str = "") -> common_pb2.Error:
@@ -388,7 +379,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         topic_ids: dict[str, Uuid] = {}
         manager = self.data.manager
         for topic in request.topics:
-            wanted_id = uuid_from_proto(topic.topic_id) if topic.HasField("topic_id") else ZERO_UUID
+            wanted_id = record_convert.uuid_from_proto(topic.topic_id) if topic.HasField("topic_id") else ZERO_UUID
             for part in topic.partitions:
                 tp = self._tp(topic.topic, part.partition)
                 if tp is None:
@@ -430,7 +421,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             entry = by_topic.get(name)
             if entry is None:
                 entry = by_topic[name] = response.responses.add(
-                    topic=name, topic_id=uuid_to_proto(topic_ids.get(name, ZERO_UUID))).partitions
+                    topic=name, topic_id=record_convert.uuid_to_proto(topic_ids.get(name, ZERO_UUID))).partitions
             return entry
 
         for tp, result in results.items():
@@ -572,7 +563,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                                                  f"topic {name!r} does not exist")))
                 continue
             entry = broker_pb2.MetadataResponse.MetadataResponseTopic(
-                name=name, topic_id=uuid_to_proto(topic.topic_id),
+                name=name, topic_id=record_convert.uuid_to_proto(topic.topic_id),
                 is_internal=name.startswith("__"))
             for index, registration in sorted(topic.partitions.items()):
                 offline = [r for r in registration.replicas if not image.cluster.is_active(r)]

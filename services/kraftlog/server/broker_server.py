@@ -832,7 +832,7 @@ async def _alter_partitions(client: controller_client.ControllerClient,
         topic = by_topic.get(request.topic_id)
         if topic is None:
             topic = by_topic[request.topic_id] = controller_pb2.AlterPartitionRequest.TopicData(
-                topic_id=server.uuid_to_proto(request.topic_id))
+                topic_id=record_convert.uuid_to_proto(request.topic_id))
         topic.partitions.append(controller_pb2.AlterPartitionRequest.PartitionData(
             partition_index=request.partition_index, leader_epoch=request.leader_epoch,
             partition_epoch=request.partition_epoch, new_isr_with_epochs=[
@@ -857,7 +857,7 @@ async def _alter_partitions(client: controller_client.ControllerClient,
     top_error = ErrorCode.REQUEST_TIMED_OUT if answer is None else ErrorCode(answer.error.code)
     if answer is not None:
         for topic_answer in answer.topics:
-            topic_id = server.uuid_from_proto(topic_answer.topic_id)
+            topic_id = record_convert.uuid_from_proto(topic_answer.topic_id)
             for part in topic_answer.partitions:
                 results[(topic_id, part.partition_index)] = part
     now_ms = wall_ms()

@@ -45,7 +45,7 @@ from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.uuid import Uuid
+from kraftlog.metadata import record_convert
 from kraftlog.v1 import admin_pb2, common_pb2, controller_pb2
 
 ADMIN_ENV = conventions.ADMIN_ENV
@@ -168,7 +168,7 @@ def admin_address(value: str | None) -> str:
 # -- rendering (pure) -----------------------------------------------------------------------------
 
 def topic_id_text(value: common_pb2.Uuid) -> str:
-    return str(Uuid.from_bits(value.most_significant_bits, value.least_significant_bits))
+    return str(record_convert.uuid_from_proto(value))
 
 
 def _ids(values: Sequence[int]) -> str:
