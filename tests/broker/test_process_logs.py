@@ -13,13 +13,13 @@ from kraftlog import errors
 from kraftlog.broker import log_manager
 from kraftlog.broker import partition as partition_mod
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
 from kraftlog.server import broker_server as process
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
-from kraftlog.storage.topic_partition import TopicPartition
 from tests.broker.harness import TOPIC_ID, TP, batch
 
 INFO = im.PartitionInfo(topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=0,

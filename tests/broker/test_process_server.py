@@ -22,6 +22,7 @@ from kraftlog.broker import fetcher_driver, server
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import record_convert
@@ -29,8 +30,6 @@ from kraftlog.metadata import records as r
 from kraftlog.raft import transport
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import broker_pb2, common_pb2
 from tests import proto_fuzz
 from tests.broker.harness import TOPIC_ID, TP, batch, open_partition

@@ -50,6 +50,7 @@ from kraftlog.controller.partition_change import PartitionRegistration, TopicIdP
 from kraftlog.controller.result import ControllerResult
 from kraftlog.controller.state import ControllerState
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import Uuid
 from kraftlog.metadata import delta as metadata_delta
 from kraftlog.metadata import image as metadata_image
 from kraftlog.metadata import record_convert
@@ -57,7 +58,6 @@ from kraftlog.metadata.records import NO_LEADER, MetadataRecord, RemoveTopicReco
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft.snapshot import SnapshotReader
-from kraftlog.storage.uuid import Uuid
 from kraftlog.timeline.snapshot_registry import LATEST_EPOCH
 from tests.controller import harness as controller_harness
 from tests.raft import sim as raft_sim

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import Uuid
 from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as r
 from kraftlog.server import controller_host as process
-from kraftlog.storage.uuid import Uuid
 
 TOPIC = r.TopicRecord(name="t", topic_id=Uuid.from_bits(1, 1))
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from kraftlog import ids as uuid
 from kraftlog.storage import batch_header as bh
-from kraftlog.storage import checkpoint, meta_properties, uuid
+from kraftlog.storage import checkpoint, meta_properties
 from kraftlog.storage import record_batch as rb
 from kraftlog.tools import cli
 

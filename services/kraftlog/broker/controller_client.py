@@ -42,9 +42,9 @@ import grpc
 from kraftlog import errors
 from kraftlog.broker import producer_ids
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import Uuid
 from kraftlog.metadata import record_convert
 from kraftlog.raft import transport
-from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 logger = logging.getLogger(__name__)

@@ -46,9 +46,9 @@ from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import record_convert
 from kraftlog.raft import transport
-from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)

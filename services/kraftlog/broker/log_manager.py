@@ -28,13 +28,12 @@ from collections.abc import Callable, Iterable, Mapping
 from kraftlog import errors
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
+from kraftlog.ids import TopicPartition, parse_dir_name, random_uuid
 from kraftlog.metadata import image as im
 from kraftlog.storage import checkpoint, leader_epoch
 from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.log_config import LogConfig
-from kraftlog.storage.topic_partition import TopicPartition, parse_dir_name
-from kraftlog.storage.uuid import random_uuid
 
 logger = logging.getLogger(__name__)
 

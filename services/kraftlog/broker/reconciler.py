@@ -44,11 +44,10 @@ from typing import Protocol
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata.records import NO_LEADER
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 
 logger = logging.getLogger(__name__)
 

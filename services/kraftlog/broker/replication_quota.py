@@ -38,9 +38,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
-from kraftlog.storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 

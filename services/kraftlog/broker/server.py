@@ -48,12 +48,11 @@ from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import ZERO_UUID, TopicPartition, Uuid
 from kraftlog.metadata import image as im
 from kraftlog.metadata import record_convert
 from kraftlog.metadata.records import NO_LEADER
 from kraftlog.raft import transport
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ validation of what the wire cannot express: enum values, ids) and :func:`to_prot
 Type mapping (the value side is read from the dataclass annotations):
 
 - ``int`` / ``str`` / ``bool``: as is; an ``IntEnum`` is checked against its members;
-- :class:`~kraftlog.storage.uuid.Uuid` <-> ``kraftlog.v1.Uuid`` (unset = ZERO_UUID);
+- :class:`~kraftlog.ids.Uuid` <-> ``kraftlog.v1.Uuid`` (unset = ZERO_UUID);
 - :class:`~kraftlog.controller.api.ApiError` <-> ``kraftlog.v1.Error``;
 - a dataclass <-> a message; ``tuple[X, ...]`` <-> ``repeated X``;
 - ``X | None`` <-> a field with presence: ``optional`` scalars and message fields;
@@ -33,8 +33,8 @@ from google.protobuf.message import Message
 from kraftlog.controller import api
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
+from kraftlog.ids import ZERO_UUID, Uuid
 from kraftlog.metadata import record_convert
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.v1 import common_pb2
 
 T = TypeVar("T")

@@ -30,8 +30,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import Uuid
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import common_pb2, metadata_pb2
 
 _ProtoUuid = common_pb2.Uuid

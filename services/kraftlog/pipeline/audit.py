@@ -55,10 +55,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kraftlog import errors
+from kraftlog import ids as topic_partition
 from kraftlog.pipeline import job_args, jobs_spark
 from kraftlog.pipeline import jobs_audit_decode as jad
 from kraftlog.raft import snapshot as raft_snapshot
-from kraftlog.storage import topic_partition
 
 EVENTS_PARQUET = "events.parquet"
 EVENTS_CSV = "events.csv"

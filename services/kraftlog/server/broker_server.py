@@ -91,6 +91,7 @@ from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import Uuid, random_uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import loader as ld
@@ -103,7 +104,6 @@ from kraftlog.server import controller_server, shared_server
 from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log_dir_lock, meta_properties
 from kraftlog.storage.log_config import LogConfig
-from kraftlog.storage.uuid import Uuid, random_uuid
 from kraftlog.telemetry import broker_metrics as bm
 from kraftlog.telemetry import grpc_tracing, metrics, tracing
 from kraftlog.telemetry import logging as log_setup

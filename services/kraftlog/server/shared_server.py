@@ -32,9 +32,10 @@ import pathlib
 
 from kraftlog import config as kconfig
 from kraftlog import errors
+from kraftlog import ids as topic_partition
 from kraftlog.raft import consensus, driver
 from kraftlog.raft.raft_config import RaftConfig
-from kraftlog.storage import meta_properties, topic_partition
+from kraftlog.storage import meta_properties
 
 METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 

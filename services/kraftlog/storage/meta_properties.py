@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kraftlog import errors
+from kraftlog import ids as uuid
 from kraftlog.ids import NodeId
-from kraftlog.storage import atomic_file, uuid
+from kraftlog.storage import atomic_file
 
 FILE_NAME = "meta.properties"
 

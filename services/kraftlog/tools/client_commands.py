@@ -51,8 +51,8 @@ from kraftlog.client import config as client_config
 from kraftlog.client import consumer as consumer_mod
 from kraftlog.client import errors as client_errors
 from kraftlog.client import producer as producer_mod
+from kraftlog.ids import TopicPartition, validate_topic_name
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition, validate_topic_name
 from kraftlog.telemetry import tracing
 
 CLI_MAX_BLOCK_MS = 5000

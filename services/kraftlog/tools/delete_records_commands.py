@@ -30,7 +30,7 @@ from typing import Any
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.topic_partition import validate_topic_name
+from kraftlog.ids import validate_topic_name
 from kraftlog.tools import reassign_commands, topic_commands
 
 SUPPORTED_VERSION = 1

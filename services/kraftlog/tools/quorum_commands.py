@@ -38,10 +38,10 @@ import grpc.aio
 
 from kraftlog import cli_conventions as conventions
 from kraftlog import errors
+from kraftlog import ids as topic_partition
 from kraftlog.admin import quorum_history
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft import transport
-from kraftlog.storage import topic_partition
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
 
 METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
