@@ -78,9 +78,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from dev_cluster import DevCluster  # noqa: E402
 
-from kraftlog import cli as kraftlog_cli  # noqa: E402
 from kraftlog import client, rpc  # noqa: E402
 from kraftlog.dev import process as dev_process  # noqa: E402
+from kraftlog.tools import cli as kraftlog_cli  # noqa: E402
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc  # noqa: E402
 
 BROKER_IDS = (101, 102, 103)

@@ -137,8 +137,8 @@ def consume(bootstrap: tuple[str, ...], topic: str, expected: int, args: argpars
 def micro(args: argparse.Namespace) -> None:
     """CPU cost per record of send() and of the consumer's decode + buffer + drain."""
     from kraftlog.client import metadata_client as md
+    from kraftlog.ids import TopicPartition
     from kraftlog.storage import record_batch as rb
-    from kraftlog.storage.topic_partition import TopicPartition
 
     count = 30_000
     config = client.ProducerConfig(bootstrap_servers=("127.0.0.1:1",), batch_size=args.batch_size,

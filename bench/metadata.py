@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "services"))
 
+from kraftlog.ids import random_uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import loader, record_convert
@@ -37,7 +38,6 @@ from kraftlog.metadata import records as r
 from kraftlog.metadata import snapshot as ms
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft.messages import OffsetAndEpoch
-from kraftlog.storage.uuid import random_uuid
 
 TARGET_S = 5.0
 BROKERS = 5

@@ -34,12 +34,14 @@ from typing import Any
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.raft import commands, consensus, driver, transport
+from kraftlog.raft import consensus, driver, transport
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.snapshot import SnapshotReader
 from kraftlog.raft.storage_log import StorageRaftLog
+from kraftlog.server import controller_server as commands
+from kraftlog.server import shared_server
 
 MAX_LOAD_RECORDS = 20_000_000
 
@@ -182,8 +184,8 @@ async def control(node: Node) -> None:
 async def main_async(cfg: kconfig.Config) -> None:
     node_id = cfg.get_int("node.id")
     voters = parse_voters(cfg.get_str("controller.quorum.voters"))
-    directory = commands.metadata_dir(cfg)
-    cluster_id = commands.check_storage(directory, node_id)
+    directory = shared_server.metadata_dir(cfg)
+    cluster_id = shared_server.check_storage(directory, node_id)
     partition_dir = directory / commands.METADATA_PARTITION_DIR
     store = qss.FileQuorumStateStore(partition_dir / qss.QUORUM_STATE_FILE_NAME,
                                      cluster_id=cluster_id)
@@ -194,7 +196,7 @@ async def main_async(cfg: kconfig.Config) -> None:
     server.add_insecure_port(commands.controller_listener(cfg))
     status_changed = asyncio.Event()
     raft = driver.RaftDriver(node_id=node_id, voters=voters, cluster_id=cluster_id,
-                             config=commands.raft_config(cfg), log=log, store=store,
+                             config=shared_server.raft_config(cfg), log=log, store=store,
                              listener=tracker, on_status=lambda _: status_changed.set())
     servicer.handler = raft
     await server.start()

@@ -56,9 +56,9 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 from dev_cluster import DevCluster  # noqa: E402
 
-from kraftlog import cli as kraftlog_cli  # noqa: E402
 from kraftlog.admin import admin_client, topic_health  # noqa: E402
 from kraftlog.dev import process as dev_process  # noqa: E402
+from kraftlog.tools import cli as kraftlog_cli  # noqa: E402
 
 # bench/broker.py by path: its CPU meter, percentiles and cluster kill (the name "broker"
 # would be shadowed by tests/broker when tests/ is on the path).

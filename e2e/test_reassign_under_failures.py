@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from kraftlog import client
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
 from tests.dev_cluster import DevCluster
 
 TOPIC = "e2e"

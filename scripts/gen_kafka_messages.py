@@ -456,7 +456,7 @@ def render(spec: pathlib.Path, messages: list[Message]) -> str:
            "from typing import ClassVar",
            "",
            "from kraftlog.protocol import schema, wire",
-           "from kraftlog.storage.uuid import ZERO_UUID, Uuid"]
+           "from kraftlog.ids import ZERO_UUID, Uuid"]
     seen: set[str] = set()
     names: list[str] = []
     for message in messages:
@@ -467,7 +467,7 @@ def render(spec: pathlib.Path, messages: list[Message]) -> str:
         _struct_code(message.struct, message, out, seen)
     uses_uuid = any("Uuid" in line or "ZERO_UUID" in line for line in out[12:])
     if not uses_uuid:
-        out.remove("from kraftlog.storage.uuid import ZERO_UUID, Uuid")
+        out.remove("from kraftlog.ids import ZERO_UUID, Uuid")
     if not any("functools." in line for line in out[12:]):
         out.remove("import functools")
     return "\n".join(out) + "\n"

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from kraftlog import cli as kraftlog_cli
 from kraftlog.raft import transport
 from kraftlog.storage import record_batch as rb
+from kraftlog.tools import cli as kraftlog_cli
 from kraftlog.v1 import (
     broker_pb2,
     broker_pb2_grpc,

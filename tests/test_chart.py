@@ -459,7 +459,7 @@ def test_broker_services_and_properties() -> None:
 
 
 def test_admin_properties_hold_only_keys_the_admin_command_reads(tmp_path: pathlib.Path) -> None:
-    from kraftlog.admin import server_commands
+    from kraftlog.tools import admin_commands as server_commands
 
     path = tmp_path / "admin.properties"
     path.write_text(find(render(), "ConfigMap", f"{RELEASE}-config")["data"]["admin.properties"])
@@ -492,7 +492,7 @@ def test_zone_spread_is_soft_by_default_and_hard_in_the_rack_overlay() -> None:
 
 def test_external_access_gives_each_broker_a_service_and_an_advertised_external_listener(
         tmp_path: pathlib.Path) -> None:
-    from kraftlog.broker import process as broker_process
+    from kraftlog.server import broker_server as broker_process
 
     docs = render("values-external-access.yaml")
     for ordinal, (host, node_port) in enumerate(
@@ -568,8 +568,8 @@ def test_rack_awareness_is_off_by_default() -> None:
 
 def test_rack_init_container_reads_the_node_zone_with_get_nodes_only(
         tmp_path: pathlib.Path) -> None:
-    from kraftlog import cli
-    from kraftlog.broker import process as broker_process
+    from kraftlog.server import broker_server as broker_process
+    from kraftlog.tools import cli
 
     docs = render("values-rack-awareness.yaml")
     role = find(docs, "ClusterRole", f"{NAMESPACE}-{RELEASE}-node-reader")
@@ -636,7 +636,7 @@ def _notes(tmp_path: pathlib.Path, *sets: str) -> str:
 
 def test_notes_say_to_decommission_the_last_broker_before_scaling_down(
         tmp_path: pathlib.Path) -> None:
-    from kraftlog import cli
+    from kraftlog.tools import cli
 
     notes = _notes(tmp_path, "--set", "broker.replicaCount=4")
     assert "BEFORE lowering\nbroker.replicaCount from 4 to 3" in notes
@@ -658,7 +658,7 @@ def test_notes_show_the_external_bootstrap_without_a_port_forward(
 
 
 def test_broker_pod_config_is_accepted_by_the_broker_command(tmp_path: pathlib.Path) -> None:
-    from kraftlog.broker import process as broker_process
+    from kraftlog.server import broker_server as broker_process
 
     docs = render()
     pod = find(docs, "StatefulSet", f"{RELEASE}-broker")["spec"]["template"]["spec"]
@@ -772,9 +772,9 @@ def test_helm_test_pod_calls_describe_cluster_on_the_admin_service() -> None:
 
 def test_controller_pod_config_is_accepted_by_the_controller_command(tmp_path: pathlib.Path) -> None:
     """The file `kraftlog controller --config` reads, as the pod writes it, parses cleanly."""
-    commands = pytest.importorskip(
-        "kraftlog.raft.commands", reason="kraftlog controller command not in this tree yet")
     from kraftlog.raft import raft_config
+    from kraftlog.server import controller_server as commands
+    from kraftlog.server import shared_server
 
     docs = render("values-5-controllers.yaml")
     pod = find(docs, "StatefulSet", f"{RELEASE}-controller")["spec"]["template"]["spec"]
@@ -794,8 +794,8 @@ def test_controller_pod_config_is_accepted_by_the_controller_command(tmp_path: p
     assert voters[4] == (f"{RELEASE}-controller-4.{RELEASE}-controller-headless.{NAMESPACE}"
                          ".svc.cluster.local:9093")
     assert commands.controller_listener(cfg).endswith(":9093")
-    assert str(commands.metadata_dir(cfg)) == "/var/lib/kraftlog/metadata"
-    assert commands.raft_config(cfg).election_timeout_ms == 1000
+    assert str(shared_server.metadata_dir(cfg)) == "/var/lib/kraftlog/metadata"
+    assert shared_server.raft_config(cfg).election_timeout_ms == 1000
     assert not cfg.unused(), cfg.unused()
 
 

@@ -7,7 +7,7 @@ import importlib
 import subprocess
 import sys
 
-from kraftlog import cli
+from kraftlog.tools import cli
 
 
 def _choices(parser: argparse.ArgumentParser) -> list[str]:
@@ -27,15 +27,15 @@ def test_each_module_registers_exactly_the_commands_listed_for_it() -> None:
 
 
 def test_a_command_imports_only_its_own_room() -> None:
-    probe = ("import sys, kraftlog.cli as c; c.build_parser(['topics', 'list']); "
+    probe = ("import sys, kraftlog.tools.cli as c; c.build_parser(['topics', 'list']); "
              "print(sorted(m for m in sys.modules if m.startswith('kraftlog.')"
-             " and m.endswith(('process', 'commands'))))")
+             " and m.endswith(('process', 'commands', '_server', '_host'))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60, check=True)
     loaded = done.stdout
-    assert "kraftlog.admin.topic_commands" in loaded
-    for heavy in ("kraftlog.controller.process", "kraftlog.broker.process",
-                  "kraftlog.dev.commands"):
+    assert "kraftlog.tools.topic_commands" in loaded
+    for heavy in ("kraftlog.server.controller_host", "kraftlog.server.broker_server",
+                  "kraftlog.tools.dev_commands"):
         assert heavy not in loaded, loaded
 
 

@@ -15,19 +15,19 @@ from typing import Any
 
 import pytest
 
-from kraftlog import cli, client
 from kraftlog import cli_conventions as conventions
-from kraftlog.admin import delete_records_commands as drc
-from kraftlog.admin import quorum_commands as qc
+from kraftlog import client, errors
+from kraftlog import config as kconfig
 from kraftlog.admin import quorum_history
-from kraftlog.admin import reassign_commands as rc
 from kraftlog.admin import reassign_plan as rp
-from kraftlog.admin import topic_commands as tc
-from kraftlog.client import commands as client_commands
-from kraftlog.dev import commands as dev_commands
 from kraftlog.dev import process as dev_process
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.storage import record_batch as rb
+from kraftlog.tools import admin_commands, cli, client_commands, dev_commands
+from kraftlog.tools import delete_records_commands as drc
+from kraftlog.tools import quorum_commands as qc
+from kraftlog.tools import reassign_commands as rc
+from kraftlog.tools import topic_commands as tc
 from kraftlog.v1 import admin_pb2, broker_pb2, common_pb2, controller_pb2, raft_pb2
 from tests.quorum_cluster import free_ports
 
@@ -127,7 +127,7 @@ def test_an_unknown_flag_among_valid_ones_is_named_under_the_subcommands_usage(
 
 # -- JSON keys ------------------------------------------------------------------------------------
 
-MAP_FIELDS = {"configs"}
+MAP_FIELDS = {"configs", "otherProperties"}
 """Objects whose keys are data (Kafka's config names), not names of this format."""
 
 
@@ -141,6 +141,18 @@ def bad_keys(payload: Any, path: str = "$") -> Iterator[str]:
     elif isinstance(payload, list):
         for index, item in enumerate(payload):
             yield from bad_keys(item, f"{path}[{index}]")
+
+
+def test_storage_info_json_keys(tmp_path: pathlib.Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "d"
+    assert cli.main(["storage", "format", "--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg",
+                     "--node-id", "1", "--data-dir", str(data)]) == 0
+    capsys.readouterr()
+    assert cli.main(["storage", "info", "--data-dir", str(data), "--output", "json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["logDirs"][0]["metaProperties"]["nodeId"] == 1
+    assert not list(bad_keys(payload))
 
 
 def test_the_key_checker_catches_snake_and_pascal_case() -> None:
@@ -275,7 +287,7 @@ def test_every_output_option_is_table_or_json_and_text_means_table() -> None:
     assert {"topics list", "topics describe", "cluster describe", "reassign generate",
             "reassign verify", "reassign list", "leader-election", "quorum describe",
             "quorum history", "consume", "dev status", "log dump",
-            "delete-records"} <= set(with_output)
+            "delete-records", "storage info"} <= set(with_output)
 
 
 def _required(parser: argparse.ArgumentParser) -> list[str]:
@@ -341,6 +353,30 @@ def test_admin_commands_prefer_the_admin_variable_when_both_are_set(
     no_env.setenv(conventions.ADMIN_ENV, "admin:19090")
     assert tc.admin_targets(None, None) == ["admin:19090"]
     assert tc.admin_targets(None, "b:1") == ["b:1"]
+
+
+def test_kraftlog_admin_takes_its_endpoints_from_the_variables_without_a_config_file(
+        no_env: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    def settings(*argv: str) -> tuple[list[str], str]:
+        args = cli.build_parser(["admin"]).parse_args(["admin", *argv])
+        cfg = kconfig.load(admin_commands.ADMIN_CONFIG, args.config,
+                           admin_commands.admin_overrides(args))
+        return (cfg.get_list("controller.quorum.bootstrap.servers"),
+                admin_commands.listen_address(cfg))
+
+    assert settings("--bootstrap-controller", "c:1") == (["c:1"], "0.0.0.0:19090")
+    no_env.setenv(conventions.BOOTSTRAP_CONTROLLER_ENV, "c:1,c:2")
+    no_env.setenv(conventions.ADMIN_ENV, "127.0.0.1:19095")
+    assert settings() == (["c:1", "c:2"], "127.0.0.1:19095")
+    assert settings("--listen", "127.0.0.1:7", "--bootstrap-controller", "d:1") == (
+        ["d:1"], "127.0.0.1:7")
+    # A file names its own endpoints: the shell's variables do not move a dev or pod process.
+    config = tmp_path / "admin.properties"
+    config.write_text("controller.quorum.voters=1@v:1\nlisteners=ADMIN://127.0.0.1:8\n")
+    assert settings("--config", str(config)) == ([], "127.0.0.1:8")
+    no_env.setenv(conventions.ADMIN_ENV, "a:1,a:2")
+    with pytest.raises(errors.ConfigError, match="names 2 addresses"):
+        settings()
 
 
 def test_dev_up_exports_every_endpoint_variable(tmp_path: pathlib.Path,

@@ -145,7 +145,7 @@ _RACE = textwrap.dedent("""
     import grpc, kraftlog                # the slow third-party imports, once
     TARGETS = ["kraftlog.client", "kraftlog.client.producer", "kraftlog.client.consumer",
                "kraftlog.client.metadata_client", "kraftlog.client.errors",
-               "kraftlog.client", "kraftlog.client.commands", "kraftlog.client"]
+               "kraftlog.client", "kraftlog.tools.client_commands", "kraftlog.client"]
     failures = []
     for attempt in range({rounds}):
         for name in [n for n in sys.modules if n.startswith("kraftlog.client")]:

@@ -1,64 +1,51 @@
-"""The pure cores import no I/O framework and no wall clock (STYLE.md rule 1).
+"""The walls of the house hold: the import-linter contracts of ``.importlinter``.
 
-Pure cores: storage, timeline, raft (but its driver/transport/server), the
-controller's managers and the broker's partition logic. Their time, network and
-randomness are injected, so the same code runs under asyncio+gRPC and under the
-deterministic simulator. Edge modules (names below) translate at the boundary
-and may import anything.
+The contracts (README, "Layering"): dependencies point down, from ``tools`` over the
+composition root ``server`` over the libraries to the cores and ``storage``; the clients of
+the cluster (admin, client, pipeline, dev) import none of its cores; telemetry implements
+the cores' hooks without reaching into broker or timeline state; and the pure cores
+(storage, timeline, raft, metadata, controller, broker) import no asyncio, grpc,
+OpenTelemetry, protobuf, threads, sockets or wall clock, directly or through another
+module, except the edge modules the contract names one import at a time. A new module in
+a core package is pure until the contract says otherwise.
 """
 
 from __future__ import annotations
 
-import ast
+import os
 import pathlib
+import shutil
+import subprocess
+import sys
 
-import pytest
-
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "services" / "kraftlog"
-PURE_ROOMS = ("storage", "timeline", "raft", "controller", "broker", "metadata")
-EDGE_NAME_PARTS = ("driver", "transport", "server", "service", "grpc", "rpc", "client",
-                   "commands", "telemetry", "convert", "process")
-FORBIDDEN = ("grpc", "asyncio", "opentelemetry", "time", "datetime", "kraftlog.v1",
-             "google.protobuf", "threading", "socket")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIG = ROOT / ".importlinter"
+LINT_IMPORTS = pathlib.Path(sys.executable).parent / "lint-imports"
 
 
-def _is_edge(path: pathlib.Path) -> bool:
-    return any(part in path.stem for part in EDGE_NAME_PARTS)
+def _lint(services: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(services)}
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(CONFIG), "--no-cache", "--no-logo"],
+                          capture_output=True, text=True, timeout=120, cwd=services, env=env,
+                          check=False)
 
 
-def _pure_modules() -> list[pathlib.Path]:
-    found: list[pathlib.Path] = []
-    for room in PURE_ROOMS:
-        for path in sorted((PACKAGE / room).rglob("*.py")):
-            if not _is_edge(path):
-                found.append(path)
-    return found
+def test_every_import_contract_is_kept() -> None:
+    done = _lint(ROOT / "services")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
 
 
-def _imports(path: pathlib.Path) -> list[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    names: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.append(node.module)
-            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
-    return names
-
-
-def _forbidden(name: str) -> bool:
-    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
-
-
-@pytest.mark.parametrize("path", _pure_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_pure_core_imports_no_io_framework_or_clock(path: pathlib.Path) -> None:
-    bad = sorted({name for name in _imports(path) if _forbidden(name)})
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: inject it instead"
-
-
-def test_layering_checker_catches_a_forbidden_import(tmp_path: pathlib.Path) -> None:
-    module = tmp_path / "core.py"
-    module.write_text("import grpc\nfrom time import monotonic\nfrom kraftlog.v1 import raft_pb2\n")
-    bad = [name for name in _imports(module) if _forbidden(name)]
-    assert "grpc" in bad and "time" in bad and "kraftlog.v1" in bad
+def test_the_contracts_catch_a_core_that_imports_asyncio_or_the_composition_root(
+        tmp_path: pathlib.Path) -> None:
+    services = tmp_path / "services"
+    shutil.copytree(ROOT / "services" / "kraftlog", services / "kraftlog",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    consensus = services / "kraftlog" / "raft" / "consensus.py"
+    consensus.write_text(consensus.read_text() + "\nimport asyncio  # noqa\n")
+    segment = services / "kraftlog" / "storage" / "segment.py"
+    segment.write_text(segment.read_text() + "\nfrom kraftlog.server import shared_server  # noqa\n")
+    done = _lint(services)
+    assert done.returncode != 0
+    assert "kraftlog.raft is not allowed to import asyncio" in done.stdout, done.stdout
+    assert "kraftlog.storage.segment -> kraftlog.server.shared_server" in done.stdout, done.stdout

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from e2e.faults import checks
 from e2e.faults import evidence as ev
+from kraftlog.ids import Uuid
 from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as mr
 from kraftlog.raft import control_records as cr
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.uuid import Uuid
 
 TOPIC = "faults"
 TOPIC_ID = Uuid.from_bits(0x1234, 0x5678)

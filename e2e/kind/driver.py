@@ -630,7 +630,7 @@ def read_partitions(bootstrap: Sequence[str], topic: str, partitions: int,
     """Every record of the topic, from the beginning to each partition's high watermark."""
     from kraftlog.client import config as client_config
     from kraftlog.client import consumer as client_consumer
-    from kraftlog.storage.topic_partition import TopicPartition
+    from kraftlog.ids import TopicPartition
 
     cfg = client_config.ConsumerConfig(bootstrap_servers=tuple(bootstrap),
                                        auto_offset_reset=client_config.OffsetReset.EARLIEST)

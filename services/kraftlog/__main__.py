@@ -2,6 +2,6 @@
 
 import sys
 
-from kraftlog.cli import main
+from kraftlog.tools.cli import main
 
 sys.exit(main())

@@ -5,7 +5,7 @@ Owns the conventions that make the command one tool rather than a dozen (issue 1
 - **exit codes**: 0 ok, 1 error (one line on stderr), 2 usage (argparse prints the
   subcommand's usage), 130 interrupted; a command with a code of its own (``dev status``
   and ``reassign verify`` exit 3) declares it with :func:`declare_exit_codes`, and
-  :mod:`kraftlog.cli` writes the list into every parser's ``--help`` epilog
+  :mod:`kraftlog.tools.cli` writes the list into every parser's ``--help`` epilog
   (:func:`exit_codes_epilog`);
 - **``--output table|json``** on every read command (:func:`add_output_option`);
   ``text``, the older name of ``table`` on some commands, is still accepted;
@@ -20,7 +20,7 @@ Owns the conventions that make the command one tool rather than a dozen (issue 1
   ``export`` lines.
 
 Called by the ``*commands`` modules while they build their parsers, and by
-:mod:`kraftlog.cli`. Pure: argparse and the environment only, no I/O of its own.
+:mod:`kraftlog.tools.cli`. Pure: argparse and the environment only, no I/O of its own.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ kraftlog's conventions:
 
 and server reflection for the role's services, health and reflection itself, so that
 ``grpcurl`` lists and calls them. Both are registered through :mod:`kraftlog.rpc_guard`,
-like every kraftlog service. Used by ``kraftlog controller`` (raft/commands.py),
-``kraftlog broker`` (broker/process.py) and ``kraftlog admin`` (admin/server_commands.py).
+like every kraftlog service. Used by ``kraftlog controller`` (server/controller_server.py),
+``kraftlog broker`` (server/broker_server.py) and ``kraftlog admin`` (tools/admin_commands.py).
 Edge module: grpc.
 """
 

@@ -13,10 +13,11 @@ from typing import Any
 import grpc.aio
 import pytest
 
-from kraftlog import cli, errors
+from kraftlog import errors
 from kraftlog.admin import admin_client as ac
-from kraftlog.admin import topic_commands as tc
 from kraftlog.raft import transport
+from kraftlog.tools import cli
+from kraftlog.tools import topic_commands as tc
 from kraftlog.v1 import admin_pb2, admin_pb2_grpc, controller_pb2_grpc
 
 # Every command that reaches the AdminService, with its required arguments.

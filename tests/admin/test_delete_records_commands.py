@@ -7,9 +7,10 @@ import pathlib
 
 import pytest
 
-from kraftlog import cli, errors
-from kraftlog.admin import delete_records_commands as drc
+from kraftlog import errors
 from kraftlog.error_codes import ErrorCode
+from kraftlog.tools import cli
+from kraftlog.tools import delete_records_commands as drc
 from kraftlog.v1 import broker_pb2, common_pb2
 
 

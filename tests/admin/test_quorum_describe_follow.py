@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from kraftlog.admin import quorum_commands as qc
 from kraftlog.raft import messages as m
 from kraftlog.raft import transport
 from kraftlog.raft.error_codes import ErrorCode
+from kraftlog.tools import quorum_commands as qc
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qg"

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from kraftlog import cli, errors
-from kraftlog.admin import quorum_commands as qc
+from kraftlog import errors
+from kraftlog.tools import cli
+from kraftlog.tools import quorum_commands as qc
 from kraftlog.v1 import raft_pb2
 
 Replica = raft_pb2.DescribeQuorumResponse.ReplicaState

@@ -8,8 +8,7 @@ import pathlib
 
 import pytest
 
-from kraftlog import cli
-from kraftlog.admin import quorum_commands, quorum_history
+from kraftlog.admin import quorum_history
 from kraftlog.admin.quorum_history import EpochSource
 from kraftlog.raft import control_records as cr
 from kraftlog.raft.messages import OffsetAndEpoch
@@ -17,6 +16,7 @@ from kraftlog.raft.snapshot import SnapshotWriter
 from kraftlog.raft.storage_log import StorageRaftLog
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
+from kraftlog.tools import cli, quorum_commands
 
 BASE_MS = 1_763_900_000_000  # 2025-11-23, a wall-clock timestamp
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from kraftlog import errors
-from kraftlog.admin import reassign_commands as rc
 from kraftlog.admin import reassign_plan as rp
+from kraftlog.admin import reassign_throttles as rt
+from kraftlog.tools import reassign_commands as rc
 from kraftlog.v1 import admin_pb2
 
 P = admin_pb2.ListPartitionReassignmentsProgressResponse
@@ -21,11 +22,11 @@ def plan(*moves: tuple[str, int, tuple[int, ...]]) -> rp.Plan:
 def test_throttles_cover_current_replicas_as_leaders_and_adding_ones_as_followers() -> None:
     current = {("t", 0): (1, 2), ("t", 1): (2, 3), ("u", 0): (1, 2)}
     moves = plan(("t", 0, (1, 4)), ("t", 1, (2, 3)), ("u", 0, (3, 4)))
-    assert rc.throttled_replicas(moves, current) == {
+    assert rt.throttled_replicas(moves, current) == {
         "t": ("0:1,0:2", "0:4"), "u": ("0:1,0:2", "0:3,0:4")}
-    assert rc.throttled_brokers(moves, current) == [1, 2, 3, 4]
+    assert rt.throttled_brokers(moves, current) == [1, 2, 3, 4]
     # A partition the plan leaves as it is needs no throttle.
-    assert rc.throttled_replicas(plan(("t", 1, (2, 3))), current) == {}
+    assert rt.throttled_replicas(plan(("t", 1, (2, 3))), current) == {}
 
 
 def test_move_statuses() -> None:
@@ -50,7 +51,7 @@ def test_move_statuses() -> None:
 def test_progress_bar_and_bytes() -> None:
     assert rc.progress_bar(0, 0, width=4) == "[####] 100.0%"
     assert rc.progress_bar(5, 10, width=4) == "[##--]  50.0%"
-    assert rc.human_bytes(3 * 1024 * 1024) == "3.0 MiB"
+    assert rt.human_bytes(3 * 1024 * 1024) == "3.0 MiB"
 
 
 @pytest.mark.parametrize(("text", "message"), [

@@ -11,17 +11,13 @@ import json
 
 import pytest
 
-from kraftlog import cli, errors
 from kraftlog import config as kconfig
+from kraftlog import errors
 from kraftlog.admin import admin_client as ac
-from kraftlog.admin import (
-    admin_service,
-    quorum_history,
-    server_commands,
-    topic_commands,
-    topic_health,
-)
+from kraftlog.admin import admin_service, quorum_history, topic_health
 from kraftlog.error_codes import ErrorCode
+from kraftlog.tools import admin_commands as server_commands
+from kraftlog.tools import cli, topic_commands
 from kraftlog.v1 import admin_pb2, common_pb2, controller_pb2
 
 H = topic_health.PartitionHealth

@@ -16,6 +16,7 @@ from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import purgatory
 from kraftlog.broker import replica_manager as rm_mod
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
@@ -23,8 +24,6 @@ from kraftlog.storage import leader_epoch
 from kraftlog.storage import log as storage_log
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 
 TOPIC = "t"
 TOPIC_ID = Uuid(bytes(range(1, 17)))

@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from kraftlog.broker import controller_client
-from kraftlog.storage.uuid import random_uuid
+from kraftlog.ids import random_uuid
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 INTERVAL_MS = 100

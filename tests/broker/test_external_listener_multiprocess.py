@@ -20,7 +20,7 @@ import grpc
 from kraftlog.client import config as client_config
 from kraftlog.client import consumer as client_consumer
 from kraftlog.client import producer as client_producer
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc
 from tests.quorum_cluster import BROKERS, RunningCluster, Topic, free_ports, running_cluster
 

@@ -11,7 +11,7 @@ from kraftlog.broker import purgatory
 from kraftlog.broker.partition import PartitionConfig
 from kraftlog.broker.replica_manager import ReplicaManager, ReplicaState
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
 from tests.broker.harness import T0, TP, batch, open_partition
 
 OTHER = TopicPartition(topic="u", partition=3)

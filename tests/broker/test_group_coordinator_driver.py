@@ -26,13 +26,12 @@ from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.compression import CompressionType
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import broker_pb2, common_pb2, controller_pb2
 from tests.broker.harness import Metadata, open_partition
 

@@ -18,8 +18,8 @@ from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
 
 TP0 = TopicPartition(topic="events", partition=0)
 TP1 = TopicPartition(topic="events", partition=1)

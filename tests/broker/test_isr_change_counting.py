@@ -11,9 +11,9 @@ from typing import Any
 
 from opentelemetry import trace
 
-from kraftlog.broker import process
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker.partition import FetchIsolation, Partition
+from kraftlog.server import broker_server as process
 from kraftlog.v1 import common_pb2, controller_pb2
 from tests.broker.harness import T0, TP, open_partition
 

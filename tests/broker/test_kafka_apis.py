@@ -17,9 +17,10 @@ import pytest
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.broker import kafka_apis, process
+from kraftlog.broker import kafka_apis
 from kraftlog.error_codes import ErrorCode
 from kraftlog.protocol.generated import fetch, list_offsets, metadata, produce
+from kraftlog.server import broker_server as process
 from kraftlog.storage import record_batch as rb
 from tests.broker.harness import TOPIC_ID, TP, batch
 from tests.broker.test_process_server import Broker, fetch_request, run
@@ -124,4 +125,4 @@ def test_a_broker_needs_a_grpc_listener_to_replicate_over(
     raw, sources = kconfig.parse_properties("".join(f"{k}={v}\n" for k, v in props.items()))
     cfg = process.BROKER_CONFIG.parse(raw, sources=sources)
     with pytest.raises(errors.ConfigError, match=error):
-        asyncio.run(process._serve(cfg, shared=None))
+        asyncio.run(process.serve(cfg))

@@ -15,9 +15,9 @@ import time
 
 import grpc
 
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import checkpoint
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, common_pb2
 from tests.quorum_cluster import BROKERS, Brokers, Topic, running_cluster, wait_for
 

@@ -19,8 +19,8 @@ from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker.partition import FetchIsolation, Partition
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import image as im
-from kraftlog.storage.topic_partition import TopicPartition
 from tests.broker.harness import T0, batch, open_partition
 
 A0 = TopicPartition(topic="t", partition=0)

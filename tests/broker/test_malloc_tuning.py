@@ -8,7 +8,7 @@ import platform
 import pytest
 
 from kraftlog import malloc_tuning
-from kraftlog.broker import process
+from kraftlog.server import broker_server as process
 
 
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,8 +23,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kraftlog import cli, errors
-from kraftlog.broker import node_rack
+from kraftlog import errors
+from kraftlog.tools import broker_rack_commands as node_rack
+from kraftlog.tools import cli
 
 NODES: dict[str, dict[str, str]] = {
     "worker-a": {"kubernetes.io/hostname": "worker-a", node_rack.ZONE_LABEL: "eu-west-1a"},

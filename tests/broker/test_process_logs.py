@@ -10,15 +10,16 @@ import pytest
 
 from kraftlog import config as kconfig
 from kraftlog import errors
+from kraftlog.broker import log_manager
 from kraftlog.broker import partition as partition_mod
-from kraftlog.broker import process
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
+from kraftlog.server import broker_server as process
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
-from kraftlog.storage.topic_partition import TopicPartition
 from tests.broker.harness import TOPIC_ID, TP, batch
 
 INFO = im.PartitionInfo(topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=0,
@@ -26,13 +27,13 @@ INFO = im.PartitionInfo(topic_id=TOPIC_ID, topic_name=TP.topic, partition_id=0,
 
 
 def local_logs(dirs: list[pathlib.Path],
-               image: Callable[[], im.MetadataImage] = lambda: im.EMPTY) -> process.LocalLogs:
+               image: Callable[[], im.MetadataImage] = lambda: im.EMPTY) -> log_manager.LocalLogs:
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    return process.LocalLogs(broker_id=1, log_dirs=dirs,
-                             log_config=LogConfig(segment_index_bytes=64 * 1024),
-                             partition_config=partition_mod.PartitionConfig(),
-                             image=image)
+    return log_manager.LocalLogs(broker_id=1, log_dirs=dirs,
+                                 log_config=LogConfig(segment_index_bytes=64 * 1024),
+                                 partition_config=partition_mod.PartitionConfig(),
+                                 image=image, now_ms=process.wall_ms)
 
 
 def image_with(topic_configs: dict[str, str]) -> im.MetadataImage:
@@ -86,7 +87,7 @@ def test_recovery_points_and_log_start_offsets_survive_a_restart(tmp_path: pathl
     logs.write_checkpoints({TP: partition.high_watermark})
     logs.close([partition])
     logs.write_log_checkpoints([partition])
-    assert (tmp_path / process.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()[2:] == [
+    assert (tmp_path / log_manager.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()[2:] == [
         f"{TP.topic} 0 3"]
 
     again = local_logs([tmp_path])
@@ -97,8 +98,8 @@ def test_recovery_points_and_log_start_offsets_survive_a_restart(tmp_path: pathl
     again.close([reopened])
 
     # Without the files (a broker before this change) the log is recovered from scratch.
-    (tmp_path / process.RECOVERY_POINT_CHECKPOINT).unlink()
-    (tmp_path / process.LOG_START_CHECKPOINT).unlink()
+    (tmp_path / log_manager.RECOVERY_POINT_CHECKPOINT).unlink()
+    (tmp_path / log_manager.LOG_START_CHECKPOINT).unlink()
     third = local_logs([tmp_path])
     third.recover_all()
     fresh = third.open_partition(INFO)
@@ -189,22 +190,22 @@ def test_checkpoints_are_read_when_planned_and_a_failing_dir_is_reported_once(
     first.append_records_to_leader(batch(b"c"), required_acks=1, now_ms=1)
     first.log.flush()
 
-    real_write = process.checkpoint.OffsetCheckpointFile.write
+    real_write = log_manager.checkpoint.OffsetCheckpointFile.write
 
     def failing_write(self: Any, offsets: Any) -> None:
         if self.path.parent == bad:
             raise OSError(5, "Input/output error")
         real_write(self, offsets)
 
-    monkeypatch.setattr(process.checkpoint.OffsetCheckpointFile, "write", failing_write)
-    failures = process.write_checkpoint_plan(plan)
-    assert failures == [(process.dir_key(bad),
+    monkeypatch.setattr(log_manager.checkpoint.OffsetCheckpointFile, "write", failing_write)
+    failures = log_manager.write_checkpoint_plan(plan)
+    assert failures == [(log_manager.dir_key(bad),
                          "writing replication-offset-checkpoint: [Errno 5] Input/output error")]
-    assert (good / process.REPLICATION_CHECKPOINT).read_text().splitlines()[2:] == [f"{TP.topic} 0 2"]
-    assert (good / process.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()[2:] == [f"{TP.topic} 0 2"]
-    assert not (bad / process.REPLICATION_CHECKPOINT).exists()
+    assert (good / log_manager.REPLICATION_CHECKPOINT).read_text().splitlines()[2:] == [f"{TP.topic} 0 2"]
+    assert (good / log_manager.RECOVERY_POINT_CHECKPOINT).read_text().splitlines()[2:] == [f"{TP.topic} 0 2"]
+    assert not (bad / log_manager.REPLICATION_CHECKPOINT).exists()
     logs.report_checkpoint_failures(failures)
-    assert process.dir_key(bad) in logs.offline()
+    assert log_manager.dir_key(bad) in logs.offline()
     assert [d for d, *_ in logs.plan_checkpoints({TP: 3}, [first])] == [good, good, good]
     monkeypatch.undo()
     logs.close([first, second])

@@ -14,11 +14,10 @@ import pytest
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 from tests.broker.harness import Metadata, open_partition
 
 BROKER = 2

@@ -22,14 +22,14 @@ from kraftlog.broker import fetcher_driver, server
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
+from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as r
 from kraftlog.raft import transport
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import broker_pb2, common_pb2
 from tests import proto_fuzz
 from tests.broker.harness import TOPIC_ID, TP, batch, open_partition
@@ -344,7 +344,7 @@ def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
     broker = Broker(tmp_path, isr=(1,), min_isr=1)
     run(broker.servicer.Produce(produce_request([b"a", b"b"], acks=1), None))
     request = broker_pb2.FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, topics=[
-        broker_pb2.FetchRequest.FetchTopic(topic=TP.topic, topic_id=server.uuid_to_proto(TOPIC_ID), partitions=[
+        broker_pb2.FetchRequest.FetchTopic(topic=TP.topic, topic_id=record_convert.uuid_to_proto(TOPIC_ID), partitions=[
             broker_pb2.FetchRequest.FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0,
                                                    last_fetched_epoch=-1, log_start_offset=-1,
                                                    partition_max_bytes=1 << 20) for p in (0, 7, -1)]),
@@ -354,7 +354,7 @@ def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
     answer = run(broker.servicer.Fetch(request, None))
     topics = {t.topic: t for t in answer.responses}
     assert [t.topic for t in answer.responses] == [TP.topic, "other"]
-    assert server.uuid_from_proto(topics[TP.topic].topic_id) == TOPIC_ID
+    assert record_convert.uuid_from_proto(topics[TP.topic].topic_id) == TOPIC_ID
     parts = {p.partition_index: p for p in topics[TP.topic].partitions}
     assert sorted(parts) == [-1, 0, 7]
     assert parts[0].error.code == common_pb2.NONE and parts[0].high_watermark == 2
@@ -535,7 +535,7 @@ def test_partitions_spread_over_num_replica_fetchers_and_follow_a_resize(
 def test_the_publisher_takes_num_replica_fetchers_from_dynamic_configs() -> None:
     """The broker's own resource wins over the cluster default, which wins over the config
     file; a value that is not an integer >= 1 is skipped with a warning."""
-    from kraftlog.broker import process
+    from kraftlog.server import broker_server as process
 
     class Fetchers:
         def __init__(self) -> None:

@@ -7,8 +7,8 @@ import pytest
 from kraftlog.broker import purgatory
 from kraftlog.broker.partition import FetchIsolation
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.storage.log import LogOffsetMetadata
-from kraftlog.storage.topic_partition import TopicPartition
 
 A = TopicPartition(topic="a", partition=0)
 B = TopicPartition(topic="b", partition=0)

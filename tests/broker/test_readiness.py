@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kraftlog.broker import readiness
+from kraftlog.ids import Uuid
 from kraftlog.metadata import image as im
-from kraftlog.storage.uuid import Uuid
 
 ME = 2
 

@@ -12,8 +12,8 @@ from kraftlog.broker.partition import FetchIsolation, LeaderAndIsr, PartitionCon
 from kraftlog.broker.replica_manager import ReplicaManager, ReplicaState
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import checkpoint
-from kraftlog.storage.topic_partition import TopicPartition
 from tests.broker.harness import T0, TP, batch, open_partition
 
 OTHER = TopicPartition(topic="u", partition=3)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from kraftlog.broker import replication_quota as rq
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
-from kraftlog.storage.topic_partition import TopicPartition
 
 T0 = 1_000_000
 KIB = 1024

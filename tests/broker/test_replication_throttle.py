@@ -16,8 +16,8 @@ from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.raft import transport
-from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2
 from tests.broker import harness
 from tests.broker.harness import T0, TOPIC_ID, TP, Cluster, batch, open_partition

@@ -11,9 +11,9 @@ import pytest
 
 from kraftlog.client import accumulator as acc
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
 
 T0 = TopicPartition(topic="t", partition=0)
 T1 = TopicPartition(topic="t", partition=1)

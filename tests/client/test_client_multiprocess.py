@@ -32,9 +32,9 @@ import time
 
 import pytest
 
-from kraftlog import cli as kraftlog_cli
 from kraftlog import client
 from kraftlog.client import partitioner
+from kraftlog.tools import cli as kraftlog_cli
 from tests.quorum_cluster import BROKERS, Topic, running_cluster, wait_for, wait_for_full_isr
 
 TOPIC = "orders"

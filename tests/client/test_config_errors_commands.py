@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 
-from kraftlog import cli, client
-from kraftlog.client import commands
+from kraftlog import client
 from kraftlog.client import errors as client_errors
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError, KraftlogError
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.compression import CompressionType
+from kraftlog.tools import cli
+from kraftlog.tools import client_commands as commands
 from tests.quorum_cluster import free_ports
 
 

@@ -18,10 +18,11 @@ from typing import Any
 import crc32c
 import pytest
 
-from kraftlog import cli, client
+from kraftlog import client
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
+from kraftlog.tools import cli
 
 T0 = client.TopicPartition(topic="t", partition=0)
 T1 = client.TopicPartition(topic="t", partition=1)

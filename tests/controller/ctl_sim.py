@@ -11,7 +11,7 @@ crash-restart, raft invariants), which it subclasses rather than copies:
   is answered only when that offset commits; reads answer at the committed offset; losing
   leadership reverts to the committed offset and fails pending writes with NOT_CONTROLLER;
   a standby replays committed batches; a snapshot load replaces the state. Periodic jobs
-  of the active one (``controller/process.py``): fence stale brokers, NoOp, rebalance.
+  of the active one (``server/controller_host.py``): fence stale brokers, NoOp, rebalance.
 * :class:`SimBroker` s (not raft members) register, heartbeat and send AlterPartition to
   the node they believe active, over the simulated network; NOT_CONTROLLER or silence
   sends them elsewhere. They crash and restart (new incarnation).
@@ -50,6 +50,7 @@ from kraftlog.controller.partition_change import PartitionRegistration, TopicIdP
 from kraftlog.controller.result import ControllerResult
 from kraftlog.controller.state import ControllerState
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import Uuid
 from kraftlog.metadata import delta as metadata_delta
 from kraftlog.metadata import image as metadata_image
 from kraftlog.metadata import record_convert
@@ -57,7 +58,6 @@ from kraftlog.metadata.records import NO_LEADER, MetadataRecord, RemoveTopicReco
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft.snapshot import SnapshotReader
-from kraftlog.storage.uuid import Uuid
 from kraftlog.timeline.snapshot_registry import LATEST_EPOCH
 from tests.controller import harness as controller_harness
 from tests.raft import sim as raft_sim
@@ -479,7 +479,7 @@ class SimController:
     def is_committed(self, offset: int) -> bool:
         return offset <= self.committed_offset
 
-    # -- periodic jobs of the active controller (controller/process.py) ----------------------
+    # -- periodic jobs of the active controller (server/controller_host.py) ----------------------
 
     def fence_stale_brokers(self) -> None:
         """One broker per write; after each commit, again while one was fenced."""

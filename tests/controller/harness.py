@@ -17,8 +17,8 @@ from kraftlog.controller.partition_change import PartitionRegistration, TopicIdP
 from kraftlog.controller.result import ControllerResult
 from kraftlog.controller.state import ControllerState
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import Uuid
 from kraftlog.metadata.records import MetadataRecord
-from kraftlog.storage.uuid import Uuid
 
 R = TypeVar("R")
 

@@ -7,8 +7,8 @@ import pytest
 from kraftlog.controller import api
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import Uuid
 from kraftlog.metadata.records import LeaderRecoveryState, PartitionChangeRecord
-from kraftlog.storage.uuid import Uuid
 from tests.controller.harness import Harness, check_invariants
 
 

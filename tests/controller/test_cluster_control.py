@@ -5,6 +5,7 @@ from __future__ import annotations
 from kraftlog.controller import api
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import ZERO_UUID
 from kraftlog.metadata.records import (
     BrokerRegistrationChangeRecord,
     FenceBrokerRecord,
@@ -12,7 +13,6 @@ from kraftlog.metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from kraftlog.storage.uuid import ZERO_UUID
 from tests.controller.harness import METADATA_VERSION, Harness, check_invariants, incarnation
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kraftlog.controller import api, convert
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.uuid import Uuid
+from kraftlog.ids import Uuid
 from kraftlog.v1 import controller_pb2
 
 PAIRS = [(getattr(api, name), getattr(controller_pb2, name))

@@ -10,8 +10,8 @@ from kraftlog.controller.partition_change import (
     ReassignmentRevert,
     TopicIdPartition,
 )
+from kraftlog.ids import Uuid
 from kraftlog.metadata.records import LeaderRecoveryState, PartitionChangeRecord
-from kraftlog.storage.uuid import Uuid
 
 TP = TopicIdPartition(Uuid.from_bits(1, 2), 0)
 

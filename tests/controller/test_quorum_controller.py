@@ -18,12 +18,12 @@ import pytest
 from kraftlog import errors
 from kraftlog.controller import driver
 from kraftlog.controller.result import ControllerResult
+from kraftlog.ids import Uuid
 from kraftlog.metadata import records as r
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft import messages as m
 from kraftlog.raft.snapshot import SnapshotReader
-from kraftlog.storage.uuid import Uuid
 from kraftlog.timeline.snapshot_registry import SnapshotRegistry
 from kraftlog.timeline.timeline_hash_map import TimelineHashMap
 

@@ -1,4 +1,4 @@
-"""controller/process.py RecordCache: each committed record is decoded once per process.
+"""server/controller_host.py RecordCache: each committed record is decoded once per process.
 
 The QuorumController and the MetadataLoader both consume every committed record; the cache
 hands the second consumer the first one's record, keyed by the exact bytes, and stays
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from kraftlog.controller import process
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import Uuid
 from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
+from kraftlog.server import controller_host as process
 
 TOPIC = r.TopicRecord(name="t", topic_id=Uuid.from_bits(1, 1))
 

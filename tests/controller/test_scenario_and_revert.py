@@ -5,7 +5,7 @@ from __future__ import annotations
 from kraftlog.controller import api
 from kraftlog.controller.state import ControllerState
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.uuid import Uuid
+from kraftlog.ids import Uuid
 from tests.controller.harness import Harness, check_invariants
 
 

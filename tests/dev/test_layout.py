@@ -12,12 +12,12 @@ import pytest
 
 from kraftlog import config as kconfig
 from kraftlog import errors
-from kraftlog.admin import server_commands as admin_commands
-from kraftlog.broker import process as broker_process
 from kraftlog.dev import layout as lay
 from kraftlog.dev import process as dev_process
-from kraftlog.raft import commands as raft_commands
 from kraftlog.security import tls
+from kraftlog.server import broker_server as broker_process
+from kraftlog.server import controller_server as raft_commands
+from kraftlog.tools import admin_commands
 
 
 def make(tmp_path: pathlib.Path, **kwargs: object) -> lay.Layout:

@@ -13,9 +13,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from kraftlog.ids import Uuid
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

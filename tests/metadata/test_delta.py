@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 
 T1 = Uuid.from_bits(1, 1)
 T2 = Uuid.from_bits(2, 2)

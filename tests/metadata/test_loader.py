@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kraftlog.errors import CorruptRecordError, InvariantViolation
+from kraftlog.ids import Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import loader, record_convert
@@ -15,7 +16,6 @@ from kraftlog.raft import consensus
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft.consensus import CommittedBatch
 from kraftlog.raft.messages import OffsetAndEpoch
-from kraftlog.storage.uuid import Uuid
 
 T1 = Uuid.from_bits(1, 1)
 INC = Uuid.from_bits(7, 7)

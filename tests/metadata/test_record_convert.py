@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import Uuid
 from kraftlog.metadata import record_convert as rc
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import common_pb2, metadata_pb2
 from tests.metadata import model as mm
 

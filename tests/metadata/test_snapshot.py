@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata import record_convert
@@ -13,7 +14,6 @@ from kraftlog.metadata import records as r
 from kraftlog.metadata import snapshot as ms
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft.messages import OffsetAndEpoch
-from kraftlog.storage.uuid import Uuid
 
 T1 = Uuid.from_bits(1, 1)
 MIB = 1024 * 1024

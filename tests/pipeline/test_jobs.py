@@ -40,6 +40,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[
 
 from kraftlog import client
 from kraftlog.admin import reassign_plan as rp
+from kraftlog.ids import Uuid
 from kraftlog.metadata import record_convert
 from kraftlog.metadata import records as r
 from kraftlog.pipeline import audit, balance
@@ -49,7 +50,6 @@ from kraftlog.raft import control_records as cr
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.uuid import Uuid
 from tests.dev_cluster import DevCluster, kraftlog
 
 BROKERS = (101, 102, 103, 104)

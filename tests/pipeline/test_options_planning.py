@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kraftlog import client
+from kraftlog.ids import TopicPartition
 from kraftlog.pipeline import planning
 from kraftlog.pipeline.options import (
     DataLossError,
@@ -18,7 +19,6 @@ from kraftlog.pipeline.options import (
     parse_read_options,
     parse_write_options,
 )
-from kraftlog.storage.topic_partition import TopicPartition
 
 B = {"bootstrap": "127.0.0.1:19101,127.0.0.1:19102"}
 

@@ -19,9 +19,9 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from kraftlog.ids import TopicPartition
 from kraftlog.pipeline import client_io, source
 from kraftlog.pipeline.options import DataLossError, parse_read_options
-from kraftlog.storage.topic_partition import TopicPartition
 
 
 def tp(partition: int) -> TopicPartition:

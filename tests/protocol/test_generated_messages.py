@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kraftlog.ids import Uuid
 from kraftlog.protocol import api_keys, headers, schema, wire
 from kraftlog.storage import record_batch
-from kraftlog.storage.uuid import Uuid
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gen_kafka_messages.py"

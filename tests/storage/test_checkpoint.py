@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraftlog import errors
-from kraftlog.ids import Epoch, Offset
-from kraftlog.storage import checkpoint, topic_partition
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog import ids as topic_partition
+from kraftlog.ids import Epoch, Offset, TopicPartition
+from kraftlog.storage import checkpoint
 
 
 def tp(topic: str, partition: int) -> TopicPartition:

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from kraftlog import cli
+from kraftlog import ids as uuid
 from kraftlog.storage import batch_header as bh
-from kraftlog.storage import checkpoint, meta_properties, uuid
+from kraftlog.storage import checkpoint, meta_properties
 from kraftlog.storage import record_batch as rb
+from kraftlog.tools import cli
 
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 OTHER_CLUSTER = "AbCdEfGhIjKlMnOpQrStUg"
@@ -280,6 +281,27 @@ def test_info_reports_problems(tmp_path: pathlib.Path, capsys: pytest.CaptureFix
     assert f"Found problem: {empty} is not formatted" in out
     assert f"Found problem: {missing} does not exist" in out
     assert "line 1: not UTF-8 text" in out
+
+
+def test_info_as_json(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d, missing = tmp_path / "d", tmp_path / "missing"
+    run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "4", "--data-dir", str(d))
+    checkpoint.OffsetCheckpointFile(d / checkpoint.REPLICATION_OFFSET_CHECKPOINT).write({})
+    code, out, _ = run(capsys, "storage", "info", "--data-dir", str(d), "--output", "json")
+    assert code == 0
+    [found] = json.loads(out)["logDirs"]
+    assert found["path"] == str(d) and found["problems"] == []
+    props = found["metaProperties"]
+    assert (props["version"], props["clusterId"], props["nodeId"]) == (1, CLUSTER, 4)
+    assert props["directoryId"]
+    contents = {entry["name"]: entry for entry in found["contents"]}
+    assert contents["__cluster_metadata-0"]["type"] == "directory"
+    assert contents["replication-offset-checkpoint"] == {
+        "name": "replication-offset-checkpoint", "type": "checkpoint", "entries": 0}
+    code, out, _ = run(capsys, "storage", "info", "--data-dir", str(missing), "--output", "json")
+    assert code == 1
+    [found] = json.loads(out)["logDirs"]
+    assert found["metaProperties"] is None and "does not exist" in found["problems"][0]
 
 
 # --- log dump ----------------------------------------------------------------------------

@@ -15,12 +15,12 @@ from kraftlog.errors import (
     UnexpectedAppendOffsetError,
     UnsupportedCompressionTypeError,
 )
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import checkpoint
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log import Log, OffsetAndTimestamp
 from kraftlog.storage.log_config import LogConfig
-from kraftlog.storage.topic_partition import TopicPartition
 
 
 class FakeEpochCache:

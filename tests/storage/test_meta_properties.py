@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kraftlog import errors
+from kraftlog import ids as uuid
 from kraftlog.ids import NodeId
-from kraftlog.storage import meta_properties, uuid
+from kraftlog.storage import meta_properties
 from kraftlog.storage.meta_properties import MetaProperties
 
 CLUSTER = "4L6g3nShT-eMCtK--X86sw"

@@ -9,7 +9,8 @@ import pathlib
 import pytest
 
 from kraftlog import errors
-from kraftlog.raft import commands
+from kraftlog.server import controller_server
+from kraftlog.tools import controller_commands as commands
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -24,7 +25,7 @@ def test_flags_default_to_the_config_keys() -> None:
     args = parse("--config", "x", "--log-format", "json", "--log-level", "DEBUG",
                  "--metrics-port", "9404")
     assert (args.log_format, args.log_level, args.metrics_port) == ("json", "DEBUG", 9404)
-    keys = {name: key.default for name, key in commands.CONTROLLER_CONFIG.keys().items()}
+    keys = {name: key.default for name, key in controller_server.CONTROLLER_CONFIG.keys().items()}
     assert keys["kraftlog.metrics.port"] == 0 and keys["kraftlog.log.format"] == "text"
     assert keys["kraftlog.log.level"] == "INFO"
 

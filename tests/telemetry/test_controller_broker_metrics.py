@@ -9,8 +9,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from kraftlog.ids import Uuid
 from kraftlog.metadata import image as im
-from kraftlog.storage.uuid import Uuid
 from kraftlog.telemetry import broker_metrics as bm
 from kraftlog.telemetry import controller_metrics as cm
 from kraftlog.telemetry import metrics

@@ -20,10 +20,10 @@ from kraftlog import errors
 from kraftlog.controller import driver
 from kraftlog.controller.partition_change import PartitionRegistration
 from kraftlog.controller.result import ControllerResult
+from kraftlog.ids import Uuid
 from kraftlog.metadata import records as r
 from kraftlog.raft import consensus
 from kraftlog.raft import epoch_state as es
-from kraftlog.storage.uuid import Uuid
 from kraftlog.telemetry import controller_tracing as ct
 from kraftlog.telemetry.controller_tracing import EventKind as K
 from kraftlog.telemetry.controller_tracing import Reason

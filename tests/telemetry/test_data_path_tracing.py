@@ -20,8 +20,8 @@ from opentelemetry.trace import SpanKind
 
 from kraftlog import errors
 from kraftlog.controller.partition_change import PartitionRegistration
+from kraftlog.ids import Uuid
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 from kraftlog.telemetry import controller_tracing as ct
 from kraftlog.telemetry import grpc_tracing, tracing
 

@@ -2,7 +2,7 @@
 
 Owns :class:`ClusterLocator` (finds the active controller, the raft leader and the
 brokers, and retries across their changes) and :class:`AdminServicer` (every RPC of
-``protos/kraftlog/v1/admin.proto``). Served by :mod:`.server_commands`
+``protos/kraftlog/v1/admin.proto``). Served by :mod:`kraftlog.tools.admin_commands`
 (``kraftlog admin``) and, through :func:`serve_on`, by every broker on its own port (so
 ``--bootstrap-server BROKER`` works as in Kafka, KIP-590); called by :mod:`.admin_client`.
 

@@ -1,4 +1,7 @@
-"""The broker: replicated partitions driven by the metadata log (DESIGN.md §4 "Replication").
+"""The broker: replicated partitions driven by the metadata log.
+
+A follower fetches from its leader like a consumer; the leader's ISR and high watermark
+follow those fetches.
 
 Pure cores here (no asyncio, grpc, clock): :mod:`.partition` (one replica's
 leader/follower state), :mod:`.follower` (a follower's fetch state),

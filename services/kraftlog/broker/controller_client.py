@@ -23,7 +23,7 @@ dirs) are plain attribute reads; what it tells the broker (``on_change``) is sch
 the broker's loop with ``call_soon_threadsafe``. :attr:`BrokerLifecycle.max_heartbeat_lateness_ms`
 says how late a heartbeat went out compared with its schedule.
 
-Callers: :mod:`kraftlog.broker.process`. Edge module: asyncio, grpc, protobuf and a thread.
+Callers: :mod:`kraftlog.server.broker_server`. Edge module: asyncio, grpc, protobuf and a thread.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ from typing import Any
 import grpc
 
 from kraftlog import errors, rpc
-from kraftlog.broker import producer_ids, server
+from kraftlog.broker import producer_ids
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.uuid import Uuid
+from kraftlog.ids import Uuid
+from kraftlog.metadata import record_convert
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -257,12 +258,12 @@ class BrokerLifecycle:
         while True:
             request = controller_pb2.BrokerRegistrationRequest(
                 broker_id=self.broker_id, cluster_id=self.cluster_id,
-                incarnation_id=server.uuid_to_proto(self.incarnation_id),
+                incarnation_id=record_convert.uuid_to_proto(self.incarnation_id),
                 listeners=self.listeners, rack=self.rack,
                 features=[common_pb2.SupportedFeature(name="metadata.version",
                                                       min_supported_version=1,
                                                       max_supported_version=1)],
-                log_dirs=[server.uuid_to_proto(d) for d in self.log_dir_ids],
+                log_dirs=[record_convert.uuid_to_proto(d) for d in self.log_dir_ids],
                 previous_broker_epoch=self.previous_broker_epoch)
             try:
                 answer = await client.call(
@@ -300,7 +301,7 @@ class BrokerLifecycle:
                 broker_id=self.broker_id, broker_epoch=self.broker_epoch,
                 current_metadata_offset=self._metadata_offset(), want_fence=bool(offline),
                 want_shut_down=self.want_shut_down,
-                offline_log_dirs=[server.uuid_to_proto(d) for d in offline])
+                offline_log_dirs=[record_convert.uuid_to_proto(d) for d in offline])
             sent_s = time.monotonic()
             self.heartbeats_sent += 1
             try:

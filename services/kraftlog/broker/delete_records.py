@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from kraftlog.broker import purgatory
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from kraftlog.broker import purgatory
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
 
 INITIAL_EPOCH = 0
 """A full fetch that opens a new session."""

@@ -21,7 +21,7 @@ bytes appended for throttled partitions are recorded against the quota.
 The leader counts a follower's progress only from the fetch offsets it sends, so
 records appended here are acknowledged by the next Fetch, which leaves at once.
 
-Callers: :mod:`kraftlog.broker.process` applies each
+Callers: :mod:`kraftlog.server.broker_server` applies each
 :class:`~kraftlog.broker.reconciler.ReconcileResult` with
 :meth:`ReplicaFetcherManager.apply`. Edge module: asyncio, grpc and the clock.
 """
@@ -47,7 +47,8 @@ from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
+from kraftlog.metadata import record_convert
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -330,7 +331,7 @@ class ReplicaFetcher:
             topic = topics.get(tp.topic)
             if topic is None:
                 topic = topics[tp.topic] = broker_pb2.FetchRequest.FetchTopic(
-                    topic=tp.topic, topic_id=server.uuid_to_proto(request.topic_id))
+                    topic=tp.topic, topic_id=record_convert.uuid_to_proto(request.topic_id))
             topic.partitions.append(broker_pb2.FetchRequest.FetchPartition(
                 partition=tp.partition, current_leader_epoch=request.current_leader_epoch,
                 fetch_offset=request.fetch_offset, last_fetched_epoch=request.last_fetched_epoch,

@@ -42,10 +42,9 @@ from dataclasses import dataclass
 from kraftlog.broker import partition as partition_mod
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError, OffsetOutOfRangeError
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.storage import leader_epoch
 from kraftlog.storage import log as storage_log
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 
 logger = logging.getLogger(__name__)
 

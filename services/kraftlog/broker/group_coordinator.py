@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 from kraftlog.broker import group_offsets as go
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.storage.compression import CompressionType
-from kraftlog.storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 

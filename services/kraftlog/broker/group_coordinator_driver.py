@@ -25,7 +25,7 @@ Owns :class:`GroupCoordinatorDriver`, the edge around the pure
 * expiration: every ``offsets.retention.check.interval.ms``, offsets committed more than
   ``offsets.retention.minutes`` ago get a tombstone (acks=all) and leave the cache.
 
-Callers: :mod:`kraftlog.broker.process` (wiring), :mod:`kraftlog.broker.server` (the
+Callers: :mod:`kraftlog.server.broker_server` (wiring), :mod:`kraftlog.broker.server` (the
 RPC handlers). Edge module: asyncio and the clock.
 """
 
@@ -46,12 +46,12 @@ from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError, KraftlogError
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.compression import CompressionType
-from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import controller_pb2
 
 logger = logging.getLogger(__name__)

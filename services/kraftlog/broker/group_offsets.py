@@ -37,8 +37,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 """Kafka's internal topic of committed offsets (``Topic.GROUP_METADATA_TOPIC_NAME``)."""

@@ -10,8 +10,8 @@ decision is made here: the controller validates and decides.
 from __future__ import annotations
 
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import ZERO_UUID, Uuid
 from kraftlog.protocol.generated import create_topics, delete_topics
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.v1 import common_pb2, controller_pb2
 
 _MASK64 = (1 << 64) - 1

@@ -46,6 +46,7 @@ from kraftlog.broker import kafka_admin_convert, purgatory
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import ZERO_UUID, TopicPartition, Uuid
 from kraftlog.metadata import image as im
 from kraftlog.protocol import api_keys
 from kraftlog.protocol.generated import (
@@ -61,8 +62,6 @@ from kraftlog.protocol.generated import (
     offset_fetch,
     produce,
 )
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 
 if TYPE_CHECKING:
     from kraftlog.broker import group_coordinator_driver as gcd

@@ -18,7 +18,7 @@ Owns :class:`KafkaListener` (one asyncio server per listener endpoint named in
   handler failure (a bug: logged with its traceback). Bytes after a whole body are
   ignored, as Kafka ignores them (librdkafka relies on it, see ``_handle_frame``).
 
-Callers: :mod:`kraftlog.broker.process` (wiring: start after the gRPC server, stop
+Callers: :mod:`kraftlog.server.broker_server` (wiring: start after the gRPC server, stop
 before the data plane). Edge module: asyncio sockets.
 """
 

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from kraftlog import config as kconfig
 from kraftlog.broker import partition as partition_mod
 from kraftlog.errors import KraftlogError
+from kraftlog.ids import TopicPartition, parse_dir_name
 from kraftlog.metadata import image as im
 from kraftlog.storage import checkpoint, cleaner
-from kraftlog.storage.topic_partition import TopicPartition, parse_dir_name
 
 logger = logging.getLogger(__name__)
 

@@ -67,11 +67,10 @@ from kraftlog.errors import (
     InvariantViolation,
     OffsetOutOfRangeError,
 )
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata.records import NO_LEADER, LeaderRecoveryState
 from kraftlog.storage import batch_header, leader_epoch, log_validator
 from kraftlog.storage import log as storage_log
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 
 logger = logging.getLogger(__name__)
 

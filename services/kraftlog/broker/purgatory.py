@@ -39,9 +39,9 @@ from typing import Generic, Protocol, TypeVar
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import log as storage_log
 from kraftlog.storage import log_validator
-from kraftlog.storage.topic_partition import TopicPartition
 
 
 class DelayedOperation(Protocol):

@@ -23,7 +23,7 @@ The rule, over the broker's metadata image (the controller's committed ISRs):
   cannot catch up does not block a roll forever. Falling out of sync later (an ISR
   shrink) starts that clock again: the broker is not Ready meanwhile, and a drain waits.
 
-Called by :mod:`kraftlog.broker.process` (the driver: evaluates on metadata changes and
+Called by :mod:`kraftlog.server.broker_server` (the driver: evaluates on metadata changes and
 on a timer, publishes the health status). Pure: no asyncio, grpc or clock; time comes in
 as ``now_ms``.
 """

@@ -28,7 +28,7 @@ spread over many small steps, each converging at most ``max_partitions`` replica
 the *current* image, so a broker with 10,000 replicas never stops its event loop for a
 whole pass; the driver runs a pass rarely (``RECONCILE_PASS_INTERVAL_S`` in the process).
 
-Callers: the broker process's metadata publisher (:mod:`kraftlog.broker.process`),
+Callers: the broker process's metadata publisher (:mod:`kraftlog.server.broker_server`),
 which then starts and stops replica fetchers as :class:`ReconcileResult` says.
 Log creation and deletion are injected (:class:`ReplicaStore`), so this module does
 no I/O of its own. Must not: import asyncio, grpc, protobuf or a clock; talk to the
@@ -44,11 +44,10 @@ from typing import Protocol
 
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
+from kraftlog.ids import TopicPartition, Uuid
 from kraftlog.metadata import delta as dl
 from kraftlog.metadata import image as im
 from kraftlog.metadata.records import NO_LEADER
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import Uuid
 
 logger = logging.getLogger(__name__)
 

@@ -71,9 +71,9 @@ from kraftlog.broker import purgatory
 from kraftlog.broker import replication_quota as rq
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata.records import NO_LEADER
 from kraftlog.storage import log as storage_log
-from kraftlog.storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ its fetch while the follower quota is exceeded and it is not caught up, and reco
 the bytes it appends for throttled partitions. Consumers are never throttled.
 
 Callers: :mod:`kraftlog.broker.replica_manager` (leader side),
-:mod:`kraftlog.broker.fetcher_driver` (follower side), :mod:`kraftlog.broker.process`
+:mod:`kraftlog.broker.fetcher_driver` (follower side), :mod:`kraftlog.server.broker_server`
 (config updates from each metadata image). Pure: time comes in as ``now_ms``; no
 clock, asyncio or grpc. Single-threaded.
 """
@@ -38,9 +38,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kraftlog.ids import TopicPartition
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
-from kraftlog.storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ InitProducerId hands an idempotent producer a new producer id with epoch 0
 (KIP-98, non-transactional path) from the injected ``producer_ids`` allocator.
 Not served yet: FetchStream (gRPC UNIMPLEMENTED).
 
-Callers: :mod:`kraftlog.broker.process` (wiring), the replica fetchers (through
+Callers: :mod:`kraftlog.server.broker_server` (wiring), the replica fetchers (through
 :meth:`DataPlane.dispatch` after follower appends). Edge module: asyncio, grpc,
 protobuf and the clock; no replication rule lives here.
 """
@@ -48,11 +48,11 @@ from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import ZERO_UUID, TopicPartition, Uuid
 from kraftlog.metadata import image as im
+from kraftlog.metadata import record_convert
 from kraftlog.metadata.records import NO_LEADER
 from kraftlog.security import principal, tls
-from kraftlog.storage.topic_partition import TopicPartition
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 
 if TYPE_CHECKING:
@@ -71,7 +71,6 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 INTERNAL_TOPICS = frozenset({go.GROUP_METADATA_TOPIC_NAME})
 """Topics only the broker itself writes (Produce answers INVALID_TOPIC_EXCEPTION)."""
-_MASK64 = (1 << 64) - 1
 
 
 _REPLICA_STATES = {
@@ -89,15 +88,6 @@ _REPLICA_STATES = {
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def uuid_to_proto(value: Uuid) -> common_pb2.Uuid:
-    return common_pb2.Uuid(most_significant_bits=value.most_significant_bits & _MASK64,
-                           least_significant_bits=value.least_significant_bits & _MASK64)
-
-
-def uuid_from_proto(value: common_pb2.Uuid) -> Uuid:
-    return Uuid.from_bits(value.most_significant_bits, value.least_significant_bits)
 
 
 def error_proto(code: ErrorCode, message: str = "") -> common_pb2.Error:
@@ -421,7 +411,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         topic_ids: dict[str, Uuid] = {}
         manager = self.data.manager
         for topic in request.topics:
-            wanted_id = uuid_from_proto(topic.topic_id) if topic.HasField("topic_id") else ZERO_UUID
+            wanted_id = record_convert.uuid_from_proto(topic.topic_id) if topic.HasField("topic_id") else ZERO_UUID
             for part in topic.partitions:
                 tp = self._tp(topic.topic, part.partition)
                 if tp is None:
@@ -463,7 +453,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             entry = by_topic.get(name)
             if entry is None:
                 entry = by_topic[name] = response.responses.add(
-                    topic=name, topic_id=uuid_to_proto(topic_ids.get(name, ZERO_UUID))).partitions
+                    topic=name, topic_id=record_convert.uuid_to_proto(topic_ids.get(name, ZERO_UUID))).partitions
             return entry
 
         for tp, result in results.items():
@@ -605,7 +595,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                                                  f"topic {name!r} does not exist")))
                 continue
             entry = broker_pb2.MetadataResponse.MetadataResponseTopic(
-                name=name, topic_id=uuid_to_proto(topic.topic_id),
+                name=name, topic_id=record_convert.uuid_to_proto(topic.topic_id),
                 is_internal=name.startswith("__"))
             for index, registration in sorted(topic.partitions.items()):
                 offline = [r for r in registration.replicas if not image.cluster.is_active(r)]

@@ -74,9 +74,9 @@ if TYPE_CHECKING:
     )
     from kraftlog.client.metadata_client import PartitionInfo
     from kraftlog.client.producer import Producer, RecordFuture, RecordMetadata
+    from kraftlog.ids import TopicPartition
     from kraftlog.malloc_tuning import tune as tune_malloc
     from kraftlog.storage.record_batch import Header, TimestampType
-    from kraftlog.storage.topic_partition import TopicPartition
 
 _CONFIG, _CONSUMER, _ERRORS, _PRODUCER = (f"{__name__}.config", f"{__name__}.consumer",
                                           f"{__name__}.errors", f"{__name__}.producer")
@@ -93,7 +93,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     **{name: (_PRODUCER, name) for name in ("Producer", "RecordFuture", "RecordMetadata")},
     "Header": ("kraftlog.storage.record_batch", "Header"),
     "TimestampType": ("kraftlog.storage.record_batch", "TimestampType"),
-    "TopicPartition": ("kraftlog.storage.topic_partition", "TopicPartition"),
+    "TopicPartition": ("kraftlog.ids", "TopicPartition"),
     "tune_malloc": ("kraftlog.malloc_tuning", "tune"),
 }
 _ROOMS = frozenset({"accumulator", "commands", "config", "consumer", "errors", "fetch_wire",

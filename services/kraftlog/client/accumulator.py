@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from kraftlog import errors
+from kraftlog.ids import TopicPartition
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
 
 H = TypeVar("H")
 

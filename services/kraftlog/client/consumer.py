@@ -76,10 +76,10 @@ from kraftlog.client import metadata_client as md
 from kraftlog.client.config import ConsumerConfig, OffsetReset
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import TopicPartition
 from kraftlog.security import tls
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2, common_pb2
 
 logger = logging.getLogger(__name__)

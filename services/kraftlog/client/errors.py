@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
 
 RETRIABLE_CODES: frozenset[ErrorCode] = frozenset({
     ErrorCode.NOT_LEADER_OR_FOLLOWER,

@@ -29,8 +29,8 @@ import grpc
 from kraftlog import rpc
 from kraftlog.client import errors as client_errors
 from kraftlog.error_codes import ErrorCode
+from kraftlog.ids import TopicPartition
 from kraftlog.security import tls
-from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.telemetry import grpc_tracing
 from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 

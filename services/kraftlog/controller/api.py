@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
+from kraftlog.ids import ZERO_UUID, Uuid
 from kraftlog.metadata.records import (
     ConfigResourceType,
     Endpoint,
     LeaderRecoveryState,
     SupportedFeature,
 )
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 
 __all__ = [
     "ApiError",

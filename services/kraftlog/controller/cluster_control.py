@@ -32,6 +32,7 @@ from kraftlog.controller import api, replica_placer
 from kraftlog.controller.controller_config import ControllerConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import ZERO_UUID, Uuid
 from kraftlog.metadata.records import (
     BrokerRegistrationChangeRecord,
     Endpoint,
@@ -41,7 +42,6 @@ from kraftlog.metadata.records import (
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
 )
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 from kraftlog.timeline import snapshot_registry, timeline_hash_map
 
 LATEST_EPOCH = snapshot_registry.LATEST_EPOCH

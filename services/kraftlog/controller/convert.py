@@ -8,7 +8,7 @@ validation of what the wire cannot express: enum values, ids) and :func:`to_prot
 Type mapping (the value side is read from the dataclass annotations):
 
 - ``int`` / ``str`` / ``bool``: as is; an ``IntEnum`` is checked against its members;
-- :class:`~kraftlog.storage.uuid.Uuid` <-> ``kraftlog.v1.Uuid`` (unset = ZERO_UUID);
+- :class:`~kraftlog.ids.Uuid` <-> ``kraftlog.v1.Uuid`` (unset = ZERO_UUID);
 - :class:`~kraftlog.controller.api.ApiError` <-> ``kraftlog.v1.Error``;
 - a dataclass <-> a message; ``tuple[X, ...]`` <-> ``repeated X``;
 - ``X | None`` <-> a field with presence: ``optional`` scalars and message fields;
@@ -33,7 +33,8 @@ from google.protobuf.message import Message
 from kraftlog.controller import api
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
+from kraftlog.ids import ZERO_UUID, Uuid
+from kraftlog.metadata import record_convert
 from kraftlog.v1 import common_pb2
 
 T = TypeVar("T")
@@ -145,8 +146,7 @@ def _value_converter(hint: Any, field: Any) -> _Convert | None:
 
 def _item_converter(hint: Any) -> _Convert | None:
     if hint is Uuid:
-        return lambda raw, _where: Uuid.from_bits(raw.most_significant_bits,
-                                                  raw.least_significant_bits)
+        return lambda raw, _where: record_convert.uuid_from_proto(raw)
     if hint is api.ApiError:
         return _api_error
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
@@ -246,8 +246,7 @@ def _fill(message: Message, value: Any) -> None:
 
 def _fill_message(target: Any, item: Any) -> None:
     if isinstance(item, Uuid):
-        target.most_significant_bits = item.most_significant_bits & ((1 << 64) - 1)
-        target.least_significant_bits = item.least_significant_bits & ((1 << 64) - 1)
+        target.CopyFrom(record_convert.uuid_to_proto(item))
     elif isinstance(item, api.ApiError):
         target.code = int(item.code)
         target.message = item.message

@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kraftlog.ids import Uuid
 from kraftlog.metadata.records import (
     NO_LEADER,
     LeaderRecoveryState,
     PartitionChangeRecord,
     PartitionRecord,
 )
-from kraftlog.storage.uuid import Uuid
 
 
 class TopicIdPartition(NamedTuple):

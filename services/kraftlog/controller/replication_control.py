@@ -37,6 +37,7 @@ from kraftlog.controller.partition_change import (
 from kraftlog.controller.result import ControllerResult
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import ZERO_UUID, Uuid, random_uuid
 from kraftlog.metadata.records import (
     NO_LEADER,
     ConfigRecord,
@@ -47,7 +48,6 @@ from kraftlog.metadata.records import (
     RemoveTopicRecord,
     TopicRecord,
 )
-from kraftlog.storage.uuid import ZERO_UUID, Uuid, random_uuid
 from kraftlog.timeline import snapshot_registry, timeline_hash_map, timeline_hash_set
 
 LATEST_EPOCH = snapshot_registry.LATEST_EPOCH

@@ -29,9 +29,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kraftlog import errors, rpc
+from kraftlog import ids as kuuid
 from kraftlog.dev import layout as lay
 from kraftlog.storage import atomic_file
-from kraftlog.storage import uuid as kuuid
 from kraftlog.v1 import raft_pb2, raft_pb2_grpc
 
 HEALTH_SERVICE = {lay.Role.CONTROLLER: "kraftlog.v1.RaftService",

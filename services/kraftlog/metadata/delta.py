@@ -38,9 +38,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kraftlog.errors import InvariantViolation
+from kraftlog.ids import Uuid
 from kraftlog.metadata import image as im
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 
 
 class ReplayError(InvariantViolation):

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
 
+from kraftlog.ids import Uuid
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")

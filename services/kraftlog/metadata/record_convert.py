@@ -30,8 +30,8 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from kraftlog.errors import CorruptRecordError
+from kraftlog.ids import Uuid
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 from kraftlog.v1 import common_pb2, metadata_pb2
 
 _ProtoUuid = common_pb2.Uuid
@@ -40,7 +40,8 @@ _ReplicaList = common_pb2.ReplicaList
 
 # -- small shared pieces -------------------------------------------------------------------------
 
-def _uuid_to_proto(uuid: Uuid) -> common_pb2.Uuid:
+def uuid_to_proto(uuid: Uuid) -> common_pb2.Uuid:
+    """``kraftlog.v1.Uuid`` of ``uuid``: the one Uuid-to-protobuf conversion every module uses."""
     # fixed64 holds the halves unsigned; Uuid's properties are Java's signed longs.
     value = uuid.value
     return _ProtoUuid(most_significant_bits=int.from_bytes(value[:8], "big"),
@@ -52,7 +53,8 @@ def _uuid_from_bits(most_significant_bits: int, least_significant_bits: int) -> 
     return Uuid.from_bits(most_significant_bits, least_significant_bits)
 
 
-def _uuid_from_proto(uuid: common_pb2.Uuid) -> Uuid:
+def uuid_from_proto(uuid: common_pb2.Uuid) -> Uuid:
+    """The Uuid of a ``kraftlog.v1.Uuid`` (cached: topic ids repeat on every hot path)."""
     return _uuid_from_bits(uuid.most_significant_bits, uuid.least_significant_bits)
 
 
@@ -83,12 +85,12 @@ def _feature_to_proto(feature: r.SupportedFeature) -> common_pb2.SupportedFeatur
 
 def _encode_register_broker(record: r.RegisterBrokerRecord) -> metadata_pb2.MetadataRecord:
     return metadata_pb2.MetadataRecord(register_broker_record=metadata_pb2.RegisterBrokerRecord(
-        broker_id=record.broker_id, incarnation_id=_uuid_to_proto(record.incarnation_id),
+        broker_id=record.broker_id, incarnation_id=uuid_to_proto(record.incarnation_id),
         broker_epoch=record.broker_epoch,
         endpoints=[_endpoint_to_proto(e) for e in record.endpoints],
         features=[_feature_to_proto(f) for f in record.features], rack=record.rack,
         fenced=record.fenced, in_controlled_shutdown=record.in_controlled_shutdown,
-        log_dirs=[_uuid_to_proto(d) for d in record.log_dirs]))
+        log_dirs=[uuid_to_proto(d) for d in record.log_dirs]))
 
 
 def _encode_unregister_broker(record: r.UnregisterBrokerRecord) -> metadata_pb2.MetadataRecord:
@@ -118,17 +120,17 @@ def _encode_unfence_broker(record: r.UnfenceBrokerRecord) -> metadata_pb2.Metada
 
 def _encode_topic(record: r.TopicRecord) -> metadata_pb2.MetadataRecord:
     return metadata_pb2.MetadataRecord(topic_record=metadata_pb2.TopicRecord(
-        name=record.name, topic_id=_uuid_to_proto(record.topic_id)))
+        name=record.name, topic_id=uuid_to_proto(record.topic_id)))
 
 
 def _encode_remove_topic(record: r.RemoveTopicRecord) -> metadata_pb2.MetadataRecord:
     return metadata_pb2.MetadataRecord(remove_topic_record=metadata_pb2.RemoveTopicRecord(
-        topic_id=_uuid_to_proto(record.topic_id)))
+        topic_id=uuid_to_proto(record.topic_id)))
 
 
 def _encode_partition(record: r.PartitionRecord) -> metadata_pb2.MetadataRecord:
     return metadata_pb2.MetadataRecord(partition_record=metadata_pb2.PartitionRecord(
-        partition_id=record.partition_id, topic_id=_uuid_to_proto(record.topic_id),
+        partition_id=record.partition_id, topic_id=uuid_to_proto(record.topic_id),
         replicas=record.replicas, isr=record.isr,
         removing_replicas=record.removing_replicas, adding_replicas=record.adding_replicas,
         leader=record.leader,
@@ -142,7 +144,7 @@ def _encode_partition_change(record: r.PartitionChangeRecord) -> metadata_pb2.Me
     recovery = record.leader_recovery_state
     return metadata_pb2.MetadataRecord(
         partition_change_record=metadata_pb2.PartitionChangeRecord(
-            partition_id=record.partition_id, topic_id=_uuid_to_proto(record.topic_id),
+            partition_id=record.partition_id, topic_id=uuid_to_proto(record.topic_id),
             leader=record.leader, isr=_replica_list(record.isr),
             replicas=_replica_list(record.replicas),
             removing_replicas=_replica_list(record.removing_replicas),
@@ -213,7 +215,7 @@ def encode_all(records: Iterable[r.MetadataRecord]) -> list[bytes]:
 def _decode_register_broker(m: metadata_pb2.MetadataRecord) -> r.MetadataRecord:
     p = m.register_broker_record
     return r.RegisterBrokerRecord(
-        broker_id=p.broker_id, incarnation_id=_uuid_from_proto(p.incarnation_id),
+        broker_id=p.broker_id, incarnation_id=uuid_from_proto(p.incarnation_id),
         broker_epoch=p.broker_epoch,
         endpoints=tuple(r.Endpoint(listener_name=e.listener_name, host=e.host, port=e.port,
                                    security_protocol=e.security_protocol)
@@ -223,7 +225,7 @@ def _decode_register_broker(m: metadata_pb2.MetadataRecord) -> r.MetadataRecord:
                                           max_supported_version=f.max_supported_version)
                        for f in p.features),
         rack=p.rack, fenced=p.fenced, in_controlled_shutdown=p.in_controlled_shutdown,
-        log_dirs=tuple(_uuid_from_proto(d) for d in p.log_dirs))
+        log_dirs=tuple(uuid_from_proto(d) for d in p.log_dirs))
 
 
 def _decode_unregister_broker(m: metadata_pb2.MetadataRecord) -> r.MetadataRecord:
@@ -252,11 +254,11 @@ def _decode_unfence_broker(m: metadata_pb2.MetadataRecord) -> r.MetadataRecord:
 
 def _decode_topic(m: metadata_pb2.MetadataRecord) -> r.MetadataRecord:
     p = m.topic_record
-    return r.TopicRecord(name=p.name, topic_id=_uuid_from_proto(p.topic_id))
+    return r.TopicRecord(name=p.name, topic_id=uuid_from_proto(p.topic_id))
 
 
 def _decode_remove_topic(m: metadata_pb2.MetadataRecord) -> r.MetadataRecord:
-    return r.RemoveTopicRecord(topic_id=_uuid_from_proto(m.remove_topic_record.topic_id))
+    return r.RemoveTopicRecord(topic_id=uuid_from_proto(m.remove_topic_record.topic_id))
 
 
 _RECOVERY_STATES = {int(s): s for s in r.LeaderRecoveryState}
@@ -282,7 +284,7 @@ def _decode_partition_change(m: metadata_pb2.MetadataRecord) -> r.MetadataRecord
     p = m.partition_change_record
     has = p.HasField
     return r.PartitionChangeRecord(
-        topic_id=_uuid_from_proto(p.topic_id), partition_id=p.partition_id,
+        topic_id=uuid_from_proto(p.topic_id), partition_id=p.partition_id,
         leader=p.leader if has("leader") else None,
         isr=_ints(p.isr.replicas) if has("isr") else None,
         replicas=_ints(p.replicas.replicas) if has("replicas") else None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
+from kraftlog.ids import ZERO_UUID, Uuid
 
 
 class LeaderRecoveryState(enum.IntEnum):

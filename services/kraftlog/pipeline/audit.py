@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kraftlog import errors
-from kraftlog.admin import quorum_commands
+from kraftlog import ids as topic_partition
+from kraftlog.pipeline import job_args, jobs_spark
 from kraftlog.pipeline import jobs_audit_decode as jad
-from kraftlog.pipeline import jobs_spark, pipeline_commands
 from kraftlog.raft import snapshot as raft_snapshot
 
 EVENTS_PARQUET = "events.parquet"
@@ -90,7 +90,7 @@ class AuditReport:
 
 def partition_dir(directory: pathlib.Path) -> pathlib.Path:
     """``DIR/__cluster_metadata-0``, or DIR itself when it is that partition directory."""
-    name = quorum_commands.METADATA_PARTITION_DIR
+    name = topic_partition.METADATA_PARTITION_DIR
     if (directory / name).is_dir():
         return directory / name
     if directory.name == name and directory.is_dir():
@@ -407,7 +407,7 @@ def main_with_args(args: argparse.Namespace, *, default_master: str | None) -> i
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``spark-submit audit.py ...``: one line on stderr and exit 1 on expected errors."""
-    args = pipeline_commands.audit_parser().parse_args(argv)
+    args = job_args.audit_parser().parse_args(argv)
     try:
         return main_with_args(args, default_master=None)
     except errors.KraftlogError as exc:

@@ -47,10 +47,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kraftlog import errors
-from kraftlog.admin import reassign_commands as rc
+from kraftlog.admin import reassign_throttles as rt
+from kraftlog.pipeline import job_args, jobs_spark
 from kraftlog.pipeline import jobs_admin_client as jac
 from kraftlog.pipeline import jobs_balance_plan as jbp
-from kraftlog.pipeline import jobs_spark, pipeline_commands
 
 MEASURE_TIMEOUT_S = 30.0
 """After --execute: how long the removed replicas may take to leave DescribeLogDirs."""
@@ -67,10 +67,10 @@ class BalanceOptions:
     output: pathlib.Path | None = None
     execute: bool = False
     throttle: int | None = None
-    window_s: float = pipeline_commands.DEFAULT_WINDOW_S
+    window_s: float = job_args.DEFAULT_WINDOW_S
     topics: tuple[str, ...] = ()
     settings: jbp.BalanceSettings = field(default_factory=jbp.BalanceSettings)
-    execute_timeout_s: float = pipeline_commands.DEFAULT_EXECUTE_TIMEOUT_S
+    execute_timeout_s: float = job_args.DEFAULT_EXECUTE_TIMEOUT_S
     timeout_ms: int = 30_000
 
 
@@ -104,7 +104,7 @@ class BalanceReport:
 
 
 def options_from_args(args: argparse.Namespace) -> BalanceOptions:
-    pipeline_commands.check_balance_arguments(args)
+    job_args.check_balance_arguments(args)
     topics: tuple[str, ...] = ()
     if args.topics:
         topics = tuple(dict.fromkeys(t.strip() for t in args.topics.split(",") if t.strip()))
@@ -116,7 +116,7 @@ def options_from_args(args: argparse.Namespace) -> BalanceOptions:
                                else args.min_improvement),
         max_moves=defaults.max_moves if args.max_moves is None else args.max_moves)
     return BalanceOptions(
-        admin=pipeline_commands.admin_address(args.admin),
+        admin=job_args.admin_address(args.admin),
         output=pathlib.Path(args.output) if args.output else None, execute=args.execute,
         throttle=args.throttle, window_s=args.window_s, topics=topics, settings=settings,
         execute_timeout_s=args.execute_timeout_s, timeout_ms=args.timeout_ms)
@@ -287,7 +287,7 @@ def run(spark: Any, options: BalanceOptions, *, say: Callable[[str], None] = pri
     durations["measure"] = time.monotonic() - mark
     report = _with(report, execute=outcome, measured_bytes=measured, durations_s=durations)
     say(f"Measured after the moves: max/min bytes ratio {_ratio_text(report.measured_ratio)} "
-        "(" + ", ".join(f"{b}: {rc.human_bytes(n)}" for b, n in sorted(measured.items()))
+        "(" + ", ".join(f"{b}: {rt.human_bytes(n)}" for b, n in sorted(measured.items()))
         + ")")
     return report
 
@@ -309,10 +309,10 @@ def format_report(report: BalanceReport) -> list[str]:
     header = ("BROKER", "RACK", "REPLICAS", "BYTES", "BYTES AFTER", "LEADERS",
               "LEADERS AFTER", "LEAD RATE")
     rows = [(str(b.broker) + (" (fenced)" if b.fenced else ""), b.rack or "-",
-             str(b.replicas), rc.human_bytes(b.bytes),
-             rc.human_bytes(report.projected_bytes.get(b.broker, 0)), str(b.leaders),
+             str(b.replicas), rt.human_bytes(b.bytes),
+             rt.human_bytes(report.projected_bytes.get(b.broker, 0)), str(b.leaders),
              str(result.after.leaders_by_broker.get(b.broker, 0)),
-             f"{rc.human_bytes(b.lead_rate_bytes_per_s)}/s") for b in report.brokers]
+             f"{rt.human_bytes(b.lead_rate_bytes_per_s)}/s") for b in report.brokers]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     lines = [f"Sampled {report.partitions} partitions on {len(report.brokers)} brokers "
              f"(produce rates over {report.sample_window_s:.1f} s)"]
@@ -324,7 +324,7 @@ def format_report(report: BalanceReport) -> list[str]:
     lines.append(f"leaders max-min: {result.before.leader_spread} -> "
                  f"{result.after.leader_spread}")
     moved_partitions = len({(m.topic, m.partition) for m in result.moves})
-    lines.append(f"bytes moved: {result.bytes_moved} ({rc.human_bytes(result.bytes_moved)}) in "
+    lines.append(f"bytes moved: {result.bytes_moved} ({rt.human_bytes(result.bytes_moved)}) in "
                  f"{len(result.moves)} replica moves over {moved_partitions} partitions; "
                  f"{len(result.plan.partitions)} partitions in the plan")
     return lines
@@ -355,7 +355,7 @@ def main_with_args(args: argparse.Namespace, *, default_master: str | None) -> i
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``spark-submit balance.py ...``: one line on stderr and exit 1 on expected errors."""
-    args = pipeline_commands.balance_parser().parse_args(argv)
+    args = job_args.balance_parser().parse_args(argv)
     try:
         return main_with_args(args, default_master=None)
     except errors.KraftlogError as exc:

@@ -36,6 +36,7 @@ import grpc
 from kraftlog import client
 from kraftlog.client import metadata_client as md
 from kraftlog.errors import ConfigError
+from kraftlog.ids import TopicPartition
 from kraftlog.pipeline import arrow_convert
 from kraftlog.pipeline.options import (
     EARLIEST,
@@ -49,7 +50,6 @@ from kraftlog.pipeline.options import (
 )
 from kraftlog.pipeline.planning import OffsetRange
 from kraftlog.security import tls
-from kraftlog.storage.topic_partition import TopicPartition
 from kraftlog.v1 import broker_pb2
 
 _log = logging.getLogger("kraftlog.pipeline")

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kraftlog.admin import admin_client as ac
-from kraftlog.admin import reassign_commands as rc
 from kraftlog.admin import reassign_plan as rp
+from kraftlog.admin import reassign_throttles as rt
 from kraftlog.error_codes import ErrorCode
 from kraftlog.pipeline.jobs_spark import JobError
 
@@ -154,14 +154,14 @@ async def _set_throttles(admin: ac.AdminClient, plan: rp.Plan,
                          ) -> list[str]:
     """Kafka's KIP-73 throttles, exactly as ``kraftlog reassign execute --throttle`` sets them."""
     changes: dict[ac.ConfigResource, list[ac.ConfigChange]] = {}
-    for broker in rc.throttled_brokers(plan, current):
+    for broker in rt.throttled_brokers(plan, current):
         changes[ac.ConfigResource(type=ac.ResourceType.BROKER, name=str(broker))] = [
-            ac.ConfigChange(name=rc.LEADER_RATE, value=str(rate)),
-            ac.ConfigChange(name=rc.FOLLOWER_RATE, value=str(rate))]
-    for topic, (leaders, followers) in rc.throttled_replicas(plan, current).items():
+            ac.ConfigChange(name=rt.LEADER_RATE, value=str(rate)),
+            ac.ConfigChange(name=rt.FOLLOWER_RATE, value=str(rate))]
+    for topic, (leaders, followers) in rt.throttled_replicas(plan, current).items():
         changes[ac.ConfigResource(type=ac.ResourceType.TOPIC, name=topic)] = [
-            ac.ConfigChange(name=rc.LEADER_REPLICAS, value=leaders),
-            ac.ConfigChange(name=rc.FOLLOWER_REPLICAS, value=followers)]
+            ac.ConfigChange(name=rt.LEADER_REPLICAS, value=leaders),
+            ac.ConfigChange(name=rt.FOLLOWER_REPLICAS, value=followers)]
     if changes:
         await admin.incremental_alter_configs(changes)
     return [f"{r.type.name.lower()} {r.name}" for r in changes]
@@ -172,12 +172,12 @@ async def _clear_throttles(admin: ac.AdminClient, brokers: Sequence[int],
     changes: dict[ac.ConfigResource, list[ac.ConfigChange]] = {}
     for broker in brokers:
         changes[ac.ConfigResource(type=ac.ResourceType.BROKER, name=str(broker))] = [
-            ac.ConfigChange(name=rc.LEADER_RATE, op=ac.ConfigOp.DELETE),
-            ac.ConfigChange(name=rc.FOLLOWER_RATE, op=ac.ConfigOp.DELETE)]
+            ac.ConfigChange(name=rt.LEADER_RATE, op=ac.ConfigOp.DELETE),
+            ac.ConfigChange(name=rt.FOLLOWER_RATE, op=ac.ConfigOp.DELETE)]
     for topic in topics:
         changes[ac.ConfigResource(type=ac.ResourceType.TOPIC, name=topic)] = [
-            ac.ConfigChange(name=rc.LEADER_REPLICAS, op=ac.ConfigOp.DELETE),
-            ac.ConfigChange(name=rc.FOLLOWER_REPLICAS, op=ac.ConfigOp.DELETE)]
+            ac.ConfigChange(name=rt.LEADER_REPLICAS, op=ac.ConfigOp.DELETE),
+            ac.ConfigChange(name=rt.FOLLOWER_REPLICAS, op=ac.ConfigOp.DELETE)]
     if changes:
         await admin.incremental_alter_configs(changes)
 
@@ -189,15 +189,15 @@ async def _done(admin: ac.AdminClient, plan: rp.Plan) -> bool:
     if any(t.partitions for t in progress.topics):
         return False
     # Broker metadata trails the controller by a moment: wait until it shows the plan too.
-    now = await rc.current_assignment(admin, plan.topics)
+    now = await rt.current_assignment(admin, plan.topics)
     return all(now.get((m.topic, m.partition)) == m.replicas for m in plan.partitions)
 
 
 async def _execute(admin: ac.AdminClient, plan: rp.Plan, throttle: int | None,
                    timeout_s: float) -> ExecuteOutcome:
     started_at = time.monotonic()
-    current = await rc.current_assignment(admin, plan.topics)
-    brokers = await rc.brokers_and_racks(admin)
+    current = await rt.current_assignment(admin, plan.topics)
+    brokers = await rt.brokers_and_racks(admin)
     rp.check_against_cluster(plan, brokers=brokers, partitions=current)
     throttled: list[str] = []
     completed = False
@@ -218,7 +218,7 @@ async def _execute(admin: ac.AdminClient, plan: rp.Plan, throttle: int | None,
             await asyncio.sleep(POLL_INTERVAL_S)
     finally:
         if throttled:
-            await _clear_throttles(admin, rc.throttled_brokers(plan, current), plan.topics)
+            await _clear_throttles(admin, rt.throttled_brokers(plan, current), plan.topics)
     elected = 0
     if completed:
         lead_changes: dict[str, list[int]] = {m.topic: [] for m in plan.partitions}

@@ -29,7 +29,7 @@ from typing import Any
 
 from kraftlog.client import config as client_config
 from kraftlog.errors import ConfigError, KraftlogError
-from kraftlog.storage.topic_partition import TopicPartition, validate_topic_name
+from kraftlog.ids import TopicPartition, validate_topic_name
 
 EARLIEST = -2
 """In offsets JSON: the partition's log start offset (Kafka's convention)."""

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kraftlog.storage.topic_partition import TopicPartition
+from kraftlog.ids import TopicPartition
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

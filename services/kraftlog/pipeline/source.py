@@ -58,6 +58,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from kraftlog import client
+from kraftlog.ids import TopicPartition
 from kraftlog.pipeline import arrow_convert, client_io, planning
 from kraftlog.pipeline.options import (
     DataLossError,
@@ -66,7 +67,6 @@ from kraftlog.pipeline.options import (
     parse_read_options,
     parse_write_options,
 )
-from kraftlog.storage.topic_partition import TopicPartition
 
 SCHEMA_DDL = arrow_convert.SCHEMA_DDL
 NAME = "kraftlog"

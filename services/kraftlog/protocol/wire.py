@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from kraftlog.storage.uuid import Uuid
+from kraftlog.ids import Uuid
 
 T = TypeVar("T")
 

@@ -88,7 +88,8 @@ _ELECTION_KINDS = frozenset({RaftEventKind.PRE_VOTE_STARTED, RaftEventKind.ELECT
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RaftEvent:
-    """An observability event; tracing spans hang off these (DESIGN.md §3)."""
+    """An observability event; tracing spans hang off these (every
+    election and leader change is a span with its epoch, candidates, outcome and duration)."""
 
     kind: RaftEventKind
     node_id: int

@@ -1,4 +1,4 @@
-"""Crash-safe replacement of small files (DESIGN.md §3).
+"""Crash-safe replacement of small files (write temp, fsync, rename, fsync dir).
 
 A file a crash can tear (quorum-state, checkpoints, meta.properties) is written
 to a temporary sibling, fsynced, renamed over the target, and the directory is

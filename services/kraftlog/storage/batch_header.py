@@ -34,7 +34,7 @@ records codec (:mod:`kraftlog.storage.record_batch`), the log validator, the cle
 segments and ``kraftlog log dump``, for the header fields.
 
 It must not look inside the records section: no record parsing, no decompression
-(DESIGN.md §3: followers, fetches and reads touch only headers). Bad bytes raise
+(followers, fetches and reads touch only headers). Bad bytes raise
 :class:`~kraftlog.errors.CorruptRecordError` naming the byte where the batch starts; no
 ``IndexError`` or ``struct.error`` escapes. Pure core: no I/O framework, no clock.
 """

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from kraftlog import errors
+from kraftlog import ids as topic_partition
 from kraftlog.ids import Epoch, Offset
-from kraftlog.storage import atomic_file, topic_partition
+from kraftlog.storage import atomic_file
 
 CURRENT_VERSION = 0
 """The only version Kafka has ever written for these files."""

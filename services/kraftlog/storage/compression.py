@@ -20,7 +20,7 @@ Default levels are Kafka's (KIP-390): gzip 6, lz4 9, zstd 3.
 
 Called by :mod:`kraftlog.storage.record_batch`'s full encoder/decoder (clients and
 tools) and by :mod:`kraftlog.storage.log_validator` (a leader decompresses a client's
-batch to check its records). Brokers never recompress (DESIGN.md §3).
+batch to check its records). Brokers never recompress (a leader keeps a client's batch bytes as they came).
 It must not import I/O frameworks or a clock (tests/test_layering.py).
 """
 

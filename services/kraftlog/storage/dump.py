@@ -35,7 +35,7 @@ from its JSON fields), so a script written against one reads the other:
 * ``stopped`` {position, maxBytes, fileSize}: ``--max-bytes`` reached;
 * ``error`` {error, notDumpedBytes?, position?}: why dumping this file stopped.
 
-Called by :mod:`kraftlog.storage.commands`, which reads the files (honouring
+Called by :mod:`kraftlog.tools.storage_commands`, which reads the files (honouring
 ``--max-bytes``), picks the payload formatter (protobuf metadata records for
 ``__cluster_metadata``) and prints. This module does no I/O and imports no
 protobuf: it must stay usable by the pure storage core and its tests.

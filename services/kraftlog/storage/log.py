@@ -15,7 +15,8 @@ log start offset change they write ``recovery-point-offset-checkpoint`` /
 
 Rules kept here:
 
-* No per-record Python work on append or read: batch headers only (DESIGN.md §3).
+* No per-record Python work on append or read: batch headers only (followers, fetches
+  and reads serve byte ranges).
 * No clock: every time-dependent method takes ``now_ms``.
 * Data below the recovery point was fsynced; recovery never drops it. Finding
   corruption there raises :class:`kraftlog.errors.CorruptRecordError` naming the

@@ -2,7 +2,7 @@
 
 Owns the file's format and validation. Written once by ``kraftlog storage
 format``; read by every process at start-up to refuse a directory that belongs
-to another cluster or node (DESIGN.md §3), and by ``kraftlog storage info`` and
+to another cluster or node (it must never join the wrong one), and by ``kraftlog storage info`` and
 ``kraftlog log dump``.
 
 Kafka writes it with ``java.util.Properties.store``: a ``#`` comment line, a
@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from kraftlog import errors
+from kraftlog import ids as uuid
 from kraftlog.ids import NodeId
-from kraftlog.storage import atomic_file, uuid
+from kraftlog.storage import atomic_file
 
 FILE_NAME = "meta.properties"
 

@@ -11,7 +11,7 @@ Called by clients (the producer's :class:`RecordsBuilder`, the consumer's
 (``kraftlog log dump``): :func:`build_batch`, :func:`decode_batches`. They encode/decode
 every record with :mod:`kraftlog.storage.varint` (the common one- and two-byte varints
 inline, for speed; see :func:`_decode_records`) and :mod:`kraftlog.storage.compression`.
-A broker never calls it on its data path (DESIGN.md §3): a leader's one per-record pass
+A broker never calls it on its data path (followers, fetches and reads touch only headers): a leader's one per-record pass
 over a client's batches is :mod:`kraftlog.storage.log_validator`'s, and what the validator
 accepts this decoder decodes.
 

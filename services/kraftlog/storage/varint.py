@@ -14,7 +14,7 @@ is the general loop they fall back on, and protobuf's plain varints
 :mod:`kraftlog.storage.record_batch` (encoding, and the general record decoder), the
 cleaner, and :mod:`kraftlog.storage.log_validator` for the varints its inline reader
 leaves (a leader parses a client's records once before appending them; followers,
-fetches and reads touch only batch headers, DESIGN.md §3).
+fetches and reads touch only batch headers).
 
 Two loops keep an inline copy of the one- and two-byte case:
 ``record_batch._decode_records`` (a consumer's decode) and

@@ -21,7 +21,7 @@ KafkaController LastCommittedRecordOffset      ``kraftlog_controller_last_commit
 The event timings come from the QuorumController's event loop (its ``on_event_timed``
 hook, one observation per event); the counts are read off the committed metadata image
 (every quorum member has one, so standbys report them too, as Kafka's controllers do);
-the raft process samples them once a second (``raft/commands.py``). Values are pushed in;
+the raft process samples them once a second (``server/controller_server.py``). Values are pushed in;
 nothing here calls into the controller.
 """
 

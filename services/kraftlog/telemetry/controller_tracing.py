@@ -56,8 +56,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Span, Status, StatusCode
 
 from kraftlog.controller.partition_change import PartitionRegistration, TopicIdPartition
+from kraftlog.ids import Uuid
 from kraftlog.metadata import records as r
-from kraftlog.storage.uuid import Uuid
 from kraftlog.telemetry import tracing
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class Reason(enum.Enum):
     OTHER = "other"
 
 
-# The controller's write names (controller/server.py, controller/process.py) -> reason.
+# The controller's write names (controller/server.py, server/controller_host.py) -> reason.
 _OPERATION_REASONS = {
     "FenceStaleBrokers": Reason.FENCED_BROKER,
     "UnregisterBroker": Reason.BROKER_UNREGISTERED,

@@ -1,7 +1,7 @@
 """Process logging set-up: level and format (text or JSON lines) for every kraftlog role.
 
 Owns the root handler of a kraftlog process. Called once, first thing, by the role
-commands (``run_controller`` in :mod:`kraftlog.raft.commands`; broker and admin later)
+commands (``run_controller`` in :mod:`kraftlog.tools.controller_commands`; broker and admin later)
 with the ``--log-level`` / ``--log-format`` flags or the ``kraftlog.log.level`` /
 ``kraftlog.log.format`` configs. Must not be used by library code, which only calls
 ``logging.getLogger(__name__)``.

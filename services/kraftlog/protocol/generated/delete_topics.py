@@ -7,8 +7,8 @@ import dataclasses
 import functools
 from typing import ClassVar
 
+from kraftlog.ids import ZERO_UUID, Uuid
 from kraftlog.protocol import schema, wire
-from kraftlog.storage.uuid import ZERO_UUID, Uuid
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)

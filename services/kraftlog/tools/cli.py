@@ -1,9 +1,8 @@
 """The one ``kraftlog`` command: role and tool subcommands.
 
-Each room of the package that offers commands has a ``commands`` module with
-``register(subparsers)``, which adds its subcommands and sets ``func`` on each
-parser to a callable ``(argparse.Namespace) -> int`` (the exit code). This module
-only assembles them, writes every parser's exit codes into its ``--help`` epilog
+Each ``*_commands`` module of :mod:`kraftlog.tools` has ``register(subparsers)``,
+which adds its subcommands and sets ``func`` on each parser to a callable
+``(argparse.Namespace) -> int`` (the exit code). This module only assembles them, writes every parser's exit codes into its ``--help`` epilog
 (:mod:`kraftlog.cli_conventions`), answers a flag no parser knows with the usage of the
 subcommand it was given to (argparse alone would print the top-level usage), and turns
 expected errors into one clear line on stderr and a non-zero exit, never a traceback.
@@ -27,18 +26,18 @@ from kraftlog import config as kconfig
 # importing the controller and broker processes); help and usage errors import all.
 # A missing module is a bug, not an optional feature, so imports are not guarded.
 _COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "kraftlog.storage.commands": ("storage", "log"),
-    "kraftlog.raft.commands": ("controller",),
-    "kraftlog.admin.quorum_commands": ("quorum",),
-    "kraftlog.broker.commands": ("broker", "server"),
-    "kraftlog.broker.node_rack": ("broker-rack",),
-    "kraftlog.dev.commands": ("dev",),
-    "kraftlog.admin.server_commands": ("admin",),
-    "kraftlog.admin.topic_commands": ("topics", "cluster"),
-    "kraftlog.admin.reassign_commands": ("reassign", "leader-election"),
-    "kraftlog.admin.delete_records_commands": ("delete-records",),
-    "kraftlog.client.commands": ("produce", "consume"),
-    "kraftlog.pipeline.pipeline_commands": ("pipeline",),
+    "kraftlog.tools.storage_commands": ("storage", "log"),
+    "kraftlog.tools.controller_commands": ("controller",),
+    "kraftlog.tools.quorum_commands": ("quorum",),
+    "kraftlog.tools.broker_commands": ("broker", "server"),
+    "kraftlog.tools.broker_rack_commands": ("broker-rack",),
+    "kraftlog.tools.dev_commands": ("dev",),
+    "kraftlog.tools.admin_commands": ("admin",),
+    "kraftlog.tools.topic_commands": ("topics", "cluster"),
+    "kraftlog.tools.reassign_commands": ("reassign", "leader-election"),
+    "kraftlog.tools.delete_records_commands": ("delete-records",),
+    "kraftlog.tools.client_commands": ("produce", "consume"),
+    "kraftlog.tools.pipeline_commands": ("pipeline",),
 }
 
 EXIT_OK = conventions.EXIT_OK

@@ -30,7 +30,7 @@ topic, partition and offset (and the offset to start from to skip it), exit code
 error (exit 2).
 
 Bad arguments, unknown topics and unreachable brokers (named) raise
-:class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.cli` prints as one
+:class:`kraftlog.errors.KraftlogError`, which :mod:`kraftlog.tools.cli` prints as one
 line with exit code 1. Edge module: stdin/stdout and the client library.
 """
 
@@ -51,8 +51,8 @@ from kraftlog.client import config as client_config
 from kraftlog.client import consumer as consumer_mod
 from kraftlog.client import errors as client_errors
 from kraftlog.client import producer as producer_mod
+from kraftlog.ids import TopicPartition, validate_topic_name
 from kraftlog.storage import record_batch as rb
-from kraftlog.storage.topic_partition import TopicPartition, validate_topic_name
 from kraftlog.telemetry import tracing
 
 CLI_MAX_BLOCK_MS = 5000

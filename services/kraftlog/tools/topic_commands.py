@@ -27,7 +27,7 @@ lowerCamelCase keys, :mod:`kraftlog.cli_conventions`). The
 
 Bad input (a malformed ``--config``, a non-positive count, an unknown topic, a
 replication factor above the broker count, an unreachable admin service) is one
-line on stderr and exit 1 (:mod:`kraftlog.cli` prints the
+line on stderr and exit 1 (:mod:`kraftlog.tools.cli` prints the
 :class:`~kraftlog.errors.KraftlogError`); argparse usage errors exit 2. The
 rendering functions (``format_*``, ``*_json``) are pure and unit-tested.
 Edge module: argparse, asyncio, protobuf.
@@ -46,7 +46,7 @@ from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.uuid import Uuid
+from kraftlog.metadata import record_convert
 from kraftlog.v1 import admin_pb2, common_pb2, controller_pb2
 
 ADMIN_ENV = conventions.ADMIN_ENV
@@ -169,7 +169,7 @@ def admin_address(value: str | None) -> str:
 # -- rendering (pure) -----------------------------------------------------------------------------
 
 def topic_id_text(value: common_pb2.Uuid) -> str:
-    return str(Uuid.from_bits(value.most_significant_bits, value.least_significant_bits))
+    return str(record_convert.uuid_from_proto(value))
 
 
 def _ids(values: Sequence[int]) -> str:
@@ -401,7 +401,7 @@ def _common(parser: argparse.ArgumentParser, *, output: bool) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``topics`` and ``cluster`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``topics`` and ``cluster`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     topics = subparsers.add_parser(
         "topics", help="create, list, describe, alter and delete topics",
         description="Manage topics through the AdminService (like kafka-topics.sh).")
@@ -474,5 +474,5 @@ def register(subparsers: Any) -> None:
                        help="also list fenced brokers")
     _common(cdesc, output=True)
     cdesc.set_defaults(func=run_cluster_describe)
-    from kraftlog.admin import decommission_commands  # it imports this module
+    from kraftlog.tools import decommission_commands  # it imports this module
     decommission_commands.register(csub)

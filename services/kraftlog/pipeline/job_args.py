@@ -1,12 +1,9 @@
-"""``kraftlog pipeline balance|metadata-audit``: the Spark jobs as CLI commands.
+"""The Spark jobs' arguments, one parser per job, shared by both ways of running them.
 
-Owns the two jobs' argument parsers (shared with their ``spark-submit`` entry points,
-:mod:`kraftlog.pipeline.balance` and :mod:`kraftlog.pipeline.audit`, so both take the
-same arguments) and :func:`register`. Parsing and checking the arguments imports no
-Spark; the job module is imported only when the command runs, so a bad option fails
-fast with one line on stderr, and a machine without the ``spark`` extra or Java gets
-one line saying so. As a CLI command the job runs on ``local[2]`` unless
-``--master`` names another master. Edge module (CLI).
+``kraftlog pipeline balance|metadata-audit`` (:mod:`kraftlog.tools.pipeline_commands`)
+and the jobs' own ``spark-submit`` entry points (:mod:`kraftlog.pipeline.balance`,
+:mod:`kraftlog.pipeline.audit`) build their parsers here, so both take the same
+arguments. Imports no Spark: a bad option fails before any Spark or network work.
 """
 
 from __future__ import annotations
@@ -131,35 +128,3 @@ def check_balance_arguments(args: argparse.Namespace) -> None:
     """What argparse cannot check alone (before any Spark or network work)."""
     if args.throttle is not None and not args.execute:
         raise errors.ConfigError("--throttle only applies with --execute")
-
-
-def run_balance(args: argparse.Namespace) -> int:
-    check_balance_arguments(args)
-    from kraftlog.pipeline import balance
-
-    return balance.main_with_args(args, default_master=CLI_MASTER)
-
-
-def run_audit(args: argparse.Namespace) -> int:
-    from kraftlog.pipeline import audit as audit_job
-
-    return audit_job.main_with_args(args, default_master=CLI_MASTER)
-
-
-def register(subparsers: Any) -> None:
-    """Add ``pipeline`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
-    pipeline = subparsers.add_parser(
-        "pipeline", help="Spark jobs over the cluster (balance, metadata-audit)",
-        description="Spark jobs over a kraftlog cluster; each also runs with spark-submit "
-                    "(services/kraftlog/pipeline/balance.py, audit.py).")
-    sub = pipeline.add_subparsers(dest="pipeline_command", metavar="JOB")
-    sub.required = True
-    balance = sub.add_parser("balance", help="even bytes and leaders across brokers",
-                             description=balance_parser().description)
-    add_balance_arguments(balance)
-    balance.set_defaults(func=run_balance)
-    audit = sub.add_parser("metadata-audit", help="the metadata log as a table of events + "
-                                                  "a plot of leader changes",
-                           description=audit_parser().description)
-    add_audit_arguments(audit)
-    audit.set_defaults(func=run_audit)

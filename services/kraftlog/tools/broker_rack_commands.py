@@ -16,7 +16,7 @@ label (kind, a single-zone cluster) writes an empty file: no rack, and says so o
 An API failure (no RBAC, no such node) is one line on stderr and exit 1, so the pod does
 not start with a rack silently missing.
 
-Called by :mod:`kraftlog.cli`. Edge module: the Kubernetes API, files. The ``kubernetes``
+Called by :mod:`kraftlog.tools.cli`. Edge module: the Kubernetes API, files. The ``kubernetes``
 package (pyproject extra ``kind``; the image installs it) is imported only when run.
 """
 

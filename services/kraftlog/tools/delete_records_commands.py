@@ -29,9 +29,9 @@ from typing import Any
 
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
-from kraftlog.admin import reassign_commands, topic_commands
 from kraftlog.error_codes import ErrorCode
-from kraftlog.storage.topic_partition import validate_topic_name
+from kraftlog.ids import validate_topic_name
+from kraftlog.tools import reassign_commands, topic_commands
 
 SUPPORTED_VERSION = 1
 EXPECTED = ('{"partitions": [{"topic": "t", "partition": 0, "offset": 10}, ...], '

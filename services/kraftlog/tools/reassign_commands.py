@@ -38,57 +38,17 @@ from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
 from kraftlog.admin import reassign_plan as rp
-from kraftlog.admin import topic_commands as tc
+from kraftlog.admin import reassign_throttles as rt
 from kraftlog.error_codes import ErrorCode
+from kraftlog.tools import topic_commands as tc
 from kraftlog.v1 import admin_pb2
 
 EXIT_IN_PROGRESS = 3
 VERIFY_EXIT_CODES = {EXIT_IN_PROGRESS: "some moves still in progress"}
-LEADER_RATE = "leader.replication.throttled.rate"
-FOLLOWER_RATE = "follower.replication.throttled.rate"
-LEADER_REPLICAS = "leader.replication.throttled.replicas"
-FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 BAR_WIDTH = 30
-
-Assignment = dict[tuple[str, int], tuple[int, ...]]
 
 
 # -- pure helpers -------------------------------------------------------------------------------
-
-def throttled_replicas(plan: rp.Plan, current: Mapping[tuple[str, int], Sequence[int]],
-                       ) -> dict[str, tuple[str, str]]:
-    """Per topic, the (leader, follower) throttled-replicas config values of a plan:
-    current replicas are throttled as leaders, replicas being added as followers."""
-    result: dict[str, tuple[list[str], list[str]]] = {}
-    for move in plan.partitions:
-        old = list(current.get((move.topic, move.partition), ()))
-        adding = [b for b in move.replicas if b not in old]
-        if not adding and list(move.replicas) == old:
-            continue
-        leaders, followers = result.setdefault(move.topic, ([], []))
-        leaders += [f"{move.partition}:{b}" for b in old]
-        followers += [f"{move.partition}:{b}" for b in adding]
-    return {t: (",".join(lead), ",".join(follow)) for t, (lead, follow) in result.items()}
-
-
-def throttled_brokers(plan: rp.Plan, current: Mapping[tuple[str, int], Sequence[int]],
-                      ) -> list[int]:
-    """Every broker that sends or receives a moving partition's data."""
-    brokers: set[int] = set()
-    for move in plan.partitions:
-        old = tuple(current.get((move.topic, move.partition), ()))
-        if old != move.replicas:
-            brokers |= set(old) | set(move.replicas)
-    return sorted(brokers)
-
-
-def human_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
 
 def progress_bar(copied: int, total: int, *, width: int = BAR_WIDTH) -> str:
     fraction = 1.0 if total <= 0 else min(1.0, max(0.0, copied / total))
@@ -165,11 +125,11 @@ def format_statuses(statuses: Sequence[MoveStatus], *, rates: Mapping[str, float
         line = f"{status.name.ljust(width)}  {status.state:<11}"
         if status.state == "in progress" and status.total_bytes >= 0:
             line += (f"  {progress_bar(status.copied_bytes, status.total_bytes)}  "
-                     f"{human_bytes(status.copied_bytes)} / {human_bytes(status.total_bytes)}")
+                     f"{rt.human_bytes(status.copied_bytes)} / {rt.human_bytes(status.total_bytes)}")
             rate = (rates or {}).get(status.name)
             if rate:
                 remaining = max(0, status.total_bytes - status.copied_bytes)
-                line += f"  {human_bytes(rate)}/s  ETA {remaining / rate:.0f}s"
+                line += f"  {rt.human_bytes(rate)}/s  ETA {remaining / rate:.0f}s"
         if status.detail:
             line += f"  ({status.detail})"
         lines.append(line.rstrip())
@@ -196,29 +156,17 @@ def read_file(path: str, what: str) -> str:
 
 # -- cluster reads ------------------------------------------------------------------------------
 
-async def current_assignment(admin: ac.AdminClient, topics: Sequence[str] = ()) -> Assignment:
-    """(topic, partition) -> replicas, for ``topics`` (all when empty); unknown topics fail."""
-    described = await admin.describe_topics(list(topics))
-    return {(t.name, p.partition_index): tuple(p.replicas)
-            for t in described.topics for p in t.partitions}
-
-
-async def brokers_and_racks(admin: ac.AdminClient) -> dict[int, str]:
-    cluster = await admin.describe_cluster(include_fenced_brokers=True)
-    return {b.broker_id: b.rack for b in cluster.brokers}
-
-
-async def _set_throttles(admin: ac.AdminClient, plan: rp.Plan, current: Assignment,
+async def _set_throttles(admin: ac.AdminClient, plan: rp.Plan, current: rt.Assignment,
                          rate: int) -> list[str]:
     changes: dict[ac.ConfigResource, list[ac.ConfigChange]] = {}
-    for broker in throttled_brokers(plan, current):
+    for broker in rt.throttled_brokers(plan, current):
         changes[ac.ConfigResource(type=ac.ResourceType.BROKER, name=str(broker))] = [
-            ac.ConfigChange(name=LEADER_RATE, value=str(rate)),
-            ac.ConfigChange(name=FOLLOWER_RATE, value=str(rate))]
-    for topic, (leaders, followers) in throttled_replicas(plan, current).items():
+            ac.ConfigChange(name=rt.LEADER_RATE, value=str(rate)),
+            ac.ConfigChange(name=rt.FOLLOWER_RATE, value=str(rate))]
+    for topic, (leaders, followers) in rt.throttled_replicas(plan, current).items():
         changes[ac.ConfigResource(type=ac.ResourceType.TOPIC, name=topic)] = [
-            ac.ConfigChange(name=LEADER_REPLICAS, value=leaders),
-            ac.ConfigChange(name=FOLLOWER_REPLICAS, value=followers)]
+            ac.ConfigChange(name=rt.LEADER_REPLICAS, value=leaders),
+            ac.ConfigChange(name=rt.FOLLOWER_REPLICAS, value=followers)]
     if changes:
         await admin.incremental_alter_configs(changes)
     return [f"{r.type.name.lower()} {r.name or '<default>'}" for r in changes]
@@ -226,16 +174,16 @@ async def _set_throttles(admin: ac.AdminClient, plan: rp.Plan, current: Assignme
 
 async def _clear_throttles(admin: ac.AdminClient, topics: Sequence[str]) -> None:
     """Remove the rate from every broker and the throttled replicas from ``topics``."""
-    brokers = await brokers_and_racks(admin)
+    brokers = await rt.brokers_and_racks(admin)
     changes: dict[ac.ConfigResource, list[ac.ConfigChange]] = {}
     for broker in sorted(brokers):
         changes[ac.ConfigResource(type=ac.ResourceType.BROKER, name=str(broker))] = [
-            ac.ConfigChange(name=LEADER_RATE, op=ac.ConfigOp.DELETE),
-            ac.ConfigChange(name=FOLLOWER_RATE, op=ac.ConfigOp.DELETE)]
+            ac.ConfigChange(name=rt.LEADER_RATE, op=ac.ConfigOp.DELETE),
+            ac.ConfigChange(name=rt.FOLLOWER_RATE, op=ac.ConfigOp.DELETE)]
     for topic in topics:
         changes[ac.ConfigResource(type=ac.ResourceType.TOPIC, name=topic)] = [
-            ac.ConfigChange(name=LEADER_REPLICAS, op=ac.ConfigOp.DELETE),
-            ac.ConfigChange(name=FOLLOWER_REPLICAS, op=ac.ConfigOp.DELETE)]
+            ac.ConfigChange(name=rt.LEADER_REPLICAS, op=ac.ConfigOp.DELETE),
+            ac.ConfigChange(name=rt.FOLLOWER_REPLICAS, op=ac.ConfigOp.DELETE)]
     if changes:
         await admin.incremental_alter_configs(changes)
 
@@ -251,9 +199,9 @@ def run_generate(args: argparse.Namespace) -> int:
                                            source=args.topics_to_move_json_file)))
     targets = parse_broker_list(args.broker_list)
 
-    async def body(admin: ac.AdminClient) -> tuple[Assignment, rp.Plan]:
-        current = await current_assignment(admin, topics)
-        racks = await brokers_and_racks(admin)
+    async def body(admin: ac.AdminClient) -> tuple[rt.Assignment, rp.Plan]:
+        current = await rt.current_assignment(admin, topics)
+        racks = await rt.brokers_and_racks(admin)
         missing = sorted(set(targets) - set(racks))
         if missing:
             raise errors.ConfigError(f"--broker-list: broker(s) {missing} do not exist "
@@ -279,9 +227,9 @@ def run_execute(args: argparse.Namespace) -> int:
         raise errors.ConfigError(f"--throttle must be a positive number of bytes/s, "
                                  f"not {args.throttle}")
 
-    async def body(admin: ac.AdminClient) -> tuple[Assignment, list[str], Any]:
-        current = await current_assignment(admin, plan.topics)
-        brokers = await brokers_and_racks(admin)
+    async def body(admin: ac.AdminClient) -> tuple[rt.Assignment, list[str], Any]:
+        current = await rt.current_assignment(admin, plan.topics)
+        brokers = await rt.brokers_and_racks(admin)
         rp.check_against_cluster(plan, brokers=brokers, partitions=current)
         in_progress = await admin.list_partition_reassignments()
         if any(t.partitions for t in in_progress.topics) and not args.additional:
@@ -328,7 +276,7 @@ async def _verify_once(admin: ac.AdminClient, plan: rp.Plan) -> list[MoveStatus]
                   for t in plan.topics}
     for attempt in range(SETTLE_ATTEMPTS):
         progress = await admin.list_partition_reassignments(partitions)
-        current = await current_assignment(admin, plan.topics)
+        current = await rt.current_assignment(admin, plan.topics)
         statuses = move_statuses(plan, current, progress)
         if not any(s.state == "failed" for s in statuses) or attempt == SETTLE_ATTEMPTS - 1:
             return statuses
@@ -461,7 +409,7 @@ def run_list(args: argparse.Namespace) -> int:
                          ",".join(map(str, part.replicas)),
                          ",".join(map(str, part.adding_replicas)) or "-",
                          ",".join(map(str, part.removing_replicas)) or "-",
-                         human_bytes(sum(behind)) if behind else "?"))
+                         rt.human_bytes(sum(behind)) if behind else "?"))
     if args.output == "json":
         print(json.dumps(reassignments_json(progress)))
     elif not rows:
@@ -525,7 +473,7 @@ def run_leader_election(args: argparse.Namespace) -> int:
 
     async def body(admin: ac.AdminClient) -> Any:
         if partitions is not None:
-            await current_assignment(admin, sorted(partitions))  # unknown topics fail here
+            await rt.current_assignment(admin, sorted(partitions))  # unknown topics fail here
         return await admin.elect_leaders(election, partitions, check=False)
     answer = tc._run(args, body)
     elected: list[str] = []

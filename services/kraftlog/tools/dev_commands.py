@@ -294,7 +294,7 @@ def _line_count(text: str) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``dev`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``dev`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     dev = subparsers.add_parser(
         "dev", help="run a local cluster (controllers, brokers, admin) on loopback",
         description="The embedded default: a whole kraftlog cluster as local processes.")

@@ -1,7 +1,11 @@
 """``kraftlog admin [--config FILE] [--bootstrap-controller ...] [--listen HOST:PORT]``.
 
-Runs the stateless AdminService (:mod:`.admin_service`) until SIGTERM/SIGINT. Settings
-are Kafka-style properties (a file, ``--override key=value``, or the shortcut flags):
+Runs the stateless AdminService (:mod:`kraftlog.server.admin_server`) until SIGTERM/SIGINT.
+Settings are Kafka-style properties (a file, ``--override key=value``, or the shortcut
+flags; without ``--config`` their defaults are the endpoint variables,
+``--bootstrap-controller`` ``$KRAFTLOG_BOOTSTRAP_CONTROLLER`` and ``--listen``
+``$KRAFTLOG_ADMIN`` when it names one address, while a process started with a file
+(``kraftlog dev``, the Helm chart) takes its endpoints from the file and the flags only):
 
 - ``controller.quorum.bootstrap.servers`` (``host:port,...``) or
   ``controller.quorum.voters`` (``id@host:port,...``): where the controllers are;
@@ -20,7 +24,8 @@ AdminService call, and the calls it makes to controllers and brokers carry its
 context, so one trace shows an operator's request and the controller's work for it.
 
 The gRPC server also serves health (``""``, ``liveness`` and ``kraftlog.v1.AdminService``,
-SERVING while the process serves) and server reflection. Edge module: process I/O.
+SERVING while the process serves) and server reflection. Owns argument parsing and the
+settings; the process is :mod:`kraftlog.server.admin_server`.
 """
 
 from __future__ import annotations
@@ -28,25 +33,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import signal
 from typing import Any
 
+from kraftlog import cli_conventions as conventions
 from kraftlog import config as kconfig
-from kraftlog import errors, health_server, rpc, rpc_guard
-from kraftlog.admin import admin_service, quorum_commands
+from kraftlog import errors, rpc
+from kraftlog.admin import admin_service
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.security import config as security_config
 from kraftlog.security import tls
-from kraftlog.telemetry import admin_metrics, grpc_tracing, metrics, tracing
+from kraftlog.server import admin_server
 from kraftlog.telemetry import logging as log_setup
-from kraftlog.v1 import admin_pb2
+from kraftlog.telemetry import metrics
+from kraftlog.tools import quorum_commands
 
 logger = logging.getLogger(__name__)
 
-ADMIN_SERVICE_NAME = "kraftlog.v1.AdminService"
 DEFAULT_LISTENER = "ADMIN://0.0.0.0:19090"
-SHUTDOWN_GRACE_S = 1.0
 
 _I = kconfig.ConfigType.INT
 _S = kconfig.ConfigType.STRING
@@ -84,12 +87,6 @@ ADMIN_CONFIG = kconfig.ConfigDef([
     *log_setup.CONFIG_KEYS,
 ])
 
-ADMIN_METHODS = frozenset(
-    f"/{ADMIN_SERVICE_NAME}/{method.name}"
-    for method in admin_pb2.DESCRIPTOR.services_by_name["AdminService"].methods)
-"""The RPCs the admin's server interceptor times (and traces when tracing is on)."""
-
-
 def admin_settings(cfg: kconfig.Config) -> admin_service.AdminSettings:
     """The service's settings; ConfigError when no controller address is given."""
     voters_text = cfg.get_str("controller.quorum.voters")
@@ -123,68 +120,31 @@ def listen_address(cfg: kconfig.Config) -> str:
     return f"{host or '0.0.0.0'}:{port}"
 
 
-async def serve(settings: admin_service.AdminSettings, listen: str, *,
-                metrics_port: int = 0, metrics_host: str = "0.0.0.0",
-                server_tls: tls.ServerTls | None = None) -> int:
-    tracer = tracing.setup_tracing(role="admin", node_id=None)
-    registry = metrics.MetricsRegistry()
-    try:
-        return await _serve(settings, listen, tracer=tracer, registry=registry,
-                            metrics_port=metrics_port, metrics_host=metrics_host,
-                            server_tls=server_tls)
-    finally:
-        registry.close()
-        tracer.shutdown()  # flushes the spans still buffered
-
-
-async def _serve(settings: admin_service.AdminSettings, listen: str, *,
-                 tracer: tracing.Tracing, registry: metrics.MetricsRegistry,
-                 metrics_port: int, metrics_host: str,
-                 server_tls: tls.ServerTls | None = None) -> int:
-    locator = admin_service.ClusterLocator(
-        settings, interceptors=grpc_tracing.client_interceptors(tracer.tracer)
-        if tracer.enabled else ())
-    sink = admin_metrics.AdminMetrics(
-        registry.registry, active_controller_known=lambda: locator.active_controller is not None)
-    if metrics_port:
-        try:
-            registry.serve(metrics_port, metrics_host)
-        except OSError as exc:
-            raise errors.ConfigError(f"cannot serve metrics on {metrics_host}:{metrics_port}: "
-                                     f"{exc}") from None
-    servicer = admin_service.AdminServicer(locator)
-    server: Any = rpc.create_server(interceptors=[
-        grpc_tracing.DataPathInterceptor(tracer.tracer if tracer.enabled else None,
-                                         sink.observe_request, methods=ADMIN_METHODS)],
-        server_tls=server_tls)
-    admin_service.add_to_server(servicer, server)
-    health = health_server.ServerHealth(server, service=ADMIN_SERVICE_NAME)
-    rpc.bind(server, listen, server_tls=server_tls)
-    await server.start()
-    await health.start(serving=True)  # stateless: ready as soon as it listens
-    logger.info("event=started role=admin listener=%s controllers=%s pid=%s", listen,
-                ",".join(settings.bootstrap_controllers), os.getpid())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-        logger.info("event=shutdown role=admin")
-    finally:
-        await health.shutdown()
-        await rpc_guard.stop_server(server, SHUTDOWN_GRACE_S)
-        await locator.close()
-    return 0
+def admin_overrides(args: argparse.Namespace) -> list[str]:
+    """``--override`` entries, then the shortcut flags as properties; without ``--config``
+    an unset flag takes its endpoint variable (a file names its own endpoints: the
+    variables of an operator's shell must not move a ``kraftlog dev`` or pod process)."""
+    overrides = list(args.override or ())
+    use_env = args.config is None
+    bootstrap = args.bootstrap_controller or (conventions.env_default(
+        conventions.BOOTSTRAP_CONTROLLER_ENV) if use_env else None)
+    if bootstrap:
+        overrides.append(f"controller.quorum.bootstrap.servers={bootstrap}")
+    listen = args.listen
+    if listen is None and use_env and (
+            admin := conventions.env_default(conventions.ADMIN_ENV)) is not None:
+        addresses = [a.strip() for a in admin.split(",") if a.strip()]
+        if len(addresses) != 1:
+            raise errors.ConfigError(f"${conventions.ADMIN_ENV} names {len(addresses)} "
+                                     "addresses; give --listen HOST:PORT")
+        listen = addresses[0]
+    if listen:
+        overrides.append(f"listeners=ADMIN://{listen}")
+    return overrides
 
 
 def run_admin(args: argparse.Namespace) -> int:
-    overrides = list(args.override or ())
-    if args.bootstrap_controller:
-        overrides.append(f"controller.quorum.bootstrap.servers={args.bootstrap_controller}")
-    if args.listen:
-        overrides.append(f"listeners=ADMIN://{args.listen}")
-    cfg = kconfig.load(ADMIN_CONFIG, args.config, overrides)
+    cfg = kconfig.load(ADMIN_CONFIG, args.config, admin_overrides(args))
     log_setup.configure(level=args.log_level or cfg.get_str("kraftlog.log.level"),
                         log_format=args.log_format or cfg.get_str("kraftlog.log.format"))
     for key in cfg.unused():
@@ -196,14 +156,14 @@ def run_admin(args: argparse.Namespace) -> int:
     rpc.configure_client(tls.node_client_tls(cfg, [
         (cfg.get_list("controller.listener.names") or ["CONTROLLER"])[0],
         cfg.get_str("inter.broker.listener.name")]))
-    return asyncio.run(serve(settings, listen,
+    return asyncio.run(admin_server.serve(settings, listen,
                              metrics_port=cfg.get_int("kraftlog.metrics.port"),
                              metrics_host=cfg.get_str("kraftlog.metrics.host"),
                              server_tls=server_tls))
 
 
 def register(subparsers: Any) -> None:
-    """Add ``admin`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``admin`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     admin = subparsers.add_parser(
         "admin", help="run the AdminService (stateless operator API)",
         description="Run the stateless AdminService: it finds the active controller and "
@@ -215,9 +175,11 @@ def register(subparsers: Any) -> None:
     admin.add_argument("--override", action="append", metavar="KEY=VALUE",
                        help="set a property, overriding the file; repeatable")
     admin.add_argument("--bootstrap-controller", default=None, metavar="HOST:PORT[,...]",
-                       help="controller addresses (= controller.quorum.bootstrap.servers)")
+                       help="controller addresses (= controller.quorum.bootstrap.servers; "
+                            f"without --config default: ${conventions.BOOTSTRAP_CONTROLLER_ENV})")
     admin.add_argument("--listen", default=None, metavar="HOST:PORT",
-                       help=f"serve here (default: listeners, {DEFAULT_LISTENER})")
+                       help=f"serve here (default: without --config ${conventions.ADMIN_ENV} when "
+                            f"it names one address, else listeners, {DEFAULT_LISTENER})")
     admin.add_argument("--log-level", default=None, choices=log_setup.LEVELS,
                        help="stderr log level (default: kraftlog.log.level, INFO)")
     admin.add_argument("--log-format", default=None, choices=log_setup.FORMATS,

@@ -31,10 +31,11 @@ from typing import Any
 
 from kraftlog import errors
 from kraftlog.admin import admin_client as ac
-from kraftlog.admin import reassign_commands as rc
 from kraftlog.admin import reassign_plan as rp
-from kraftlog.admin import topic_commands as tc
+from kraftlog.admin import reassign_throttles
 from kraftlog.error_codes import ErrorCode
+from kraftlog.tools import reassign_commands as rc
+from kraftlog.tools import topic_commands as tc
 
 POLL_INTERVAL_S = 0.5
 PROGRESS_EVERY_S = 5.0
@@ -55,7 +56,7 @@ async def _move_off(admin: ac.AdminClient, broker: int, *, throttle: int | None,
                     timeout_s: float) -> int:
     """Steps 1-2; the number of partitions moved."""
     brokers = await _brokers(admin)
-    current = await rc.current_assignment(admin)
+    current = await reassign_throttles.current_assignment(admin)
     live = [b for b, (fenced, _) in brokers.items() if not fenced and b != broker]
     plan = rp.propose_decommission(current, broker=broker, brokers=live,
                                    racks={b: rack for b, (_, rack) in brokers.items()})
@@ -94,7 +95,7 @@ async def _wait_for_moves(admin: ac.AdminClient, plan: rp.Plan, timeout_s: float
     shown_at = 0.0
     while True:
         progress = await admin.list_partition_reassignments(partitions)
-        current = await rc.current_assignment(admin, plan.topics)
+        current = await reassign_throttles.current_assignment(admin, plan.topics)
         statuses = rc.move_statuses(plan, current, progress)
         lines = rc.format_statuses(statuses)
         now = time.monotonic()

@@ -18,7 +18,7 @@ lowerCamelCase of every ``--output json``, :mod:`kraftlog.cli_conventions`).
 records (:mod:`.quorum_history`).
 
 Every failure is a :class:`kraftlog.errors.KraftlogError`, printed by
-:mod:`kraftlog.cli` as one line with exit code 1. Edge module: gRPC and file reads.
+:mod:`kraftlog.tools.cli` as one line with exit code 1. Edge module: gRPC and file reads.
 """
 
 from __future__ import annotations
@@ -38,12 +38,13 @@ import grpc.aio
 
 from kraftlog import cli_conventions as conventions
 from kraftlog import errors, rpc
+from kraftlog import ids as topic_partition
 from kraftlog.admin import quorum_history
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft import transport
 from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
 
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
+METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 DEFAULT_TIMEOUT_MS = 5000
 RETRY_BACKOFF_S = 0.1
 _SEGMENT_NAME = re.compile(r"^\d{20}\.log$")
@@ -356,7 +357,7 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``quorum describe|history`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``quorum describe|history`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     quorum = subparsers.add_parser(
         "quorum", help="describe the controller quorum, or its leader history",
         description="Look at the KRaft controller quorum (like kafka-metadata-quorum.sh).")

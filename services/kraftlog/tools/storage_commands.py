@@ -18,14 +18,14 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
   a running node holds (its ``.lock``, :mod:`kraftlog.storage.log_dir_lock`) is
   refused before anything is read.
 * ``kraftlog storage random-uuid`` prints a new cluster id.
-* ``kraftlog storage info --data-dir DIR ...`` prints each directory's
-  ``meta.properties`` and contents.
+* ``kraftlog storage info --data-dir DIR ... [--output table|json]`` prints each
+  directory's ``meta.properties`` and contents (exit 1 when it found a problem).
 * ``kraftlog log dump PATH ... [--output table|json]`` prints segments, indexes,
   checkpoints and ``meta.properties``, as kafka-dump-log's lines (``table``; ``text``
   is its older name) or as JSON Lines with DumpLogSegments' names (formatting lives
   in :mod:`kraftlog.storage.dump`).
 
-Called by :mod:`kraftlog.cli` through :func:`register`. An edge module: it may
+Called by :mod:`kraftlog.tools.cli` through :func:`register`. An edge module: it may
 use the clock (the date comment of ``meta.properties``) and the generated
 protobuf code. Expected failures raise ``KraftlogError`` subclasses, which
 the CLI prints as one line with exit code 1; usage errors exit 2 (argparse).
@@ -51,11 +51,18 @@ from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.ids import NodeId
 from kraftlog.raft import control_records
-from kraftlog.storage import atomic_file, checkpoint, dump, log_dir_lock, meta_properties, uuid
+from kraftlog.storage import (
+    atomic_file,
+    checkpoint,
+    dump,
+    log_dir_lock,
+    meta_properties,
+    topic_partition,
+    uuid,
+)
 from kraftlog.storage import record_batch as rb
 
-METADATA_PARTITION_DIR = "__cluster_metadata-0"
-"""The KRaft metadata log's partition directory (topic ``__cluster_metadata``, partition 0)."""
+METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 
 BOOTSTRAP_VOTERS_FILE = "bootstrap-voters.json"
 """Where ``format`` records the initial voter set until the raft layer writes it
@@ -372,53 +379,85 @@ def run_random_uuid(args: argparse.Namespace) -> int:
 # --- storage info -----------------------------------------------------------------------
 
 
-def _describe_entry(path: pathlib.Path) -> str:
+def _describe_entry(path: pathlib.Path) -> tuple[str, dict[str, Any]]:
+    """One entry of a data dir: its ``info`` line and its JSON object."""
     if path.is_dir():
         files = sorted(p.name for p in path.iterdir())
-        return f"{path.name}/ ({len(files)} files: {', '.join(files[:6])}{', ...' if len(files) > 6 else ''})"
+        line = f"{path.name}/ ({len(files)} files: {', '.join(files[:6])}{', ...' if len(files) > 6 else ''})"
+        return line, {"name": path.name, "type": "directory", "files": files}
     name = path.name
     kind = dump.file_kind(name)
     if kind == dump.FileKind.OFFSET_CHECKPOINT:
-        return f"{name} ({len(checkpoint.OffsetCheckpointFile(path).read())} entries)"
-    return f"{name} ({path.stat().st_size} bytes)"
+        entries = len(checkpoint.OffsetCheckpointFile(path).read())
+        return f"{name} ({entries} entries)", {"name": name, "type": "checkpoint",
+                                                "entries": entries}
+    size = path.stat().st_size
+    return f"{name} ({size} bytes)", {"name": name, "type": "file", "sizeBytes": size}
+
+
+def _info(directory: pathlib.Path) -> tuple[list[str], dict[str, Any], int]:
+    """``info``'s lines for one data dir, its JSON object, and its count of problems."""
+    lines = [f"Found log directory:\n  {directory}"]
+    found: dict[str, Any] = {"path": str(directory), "metaProperties": None, "contents": [],
+                             "problems": []}
+    problems: list[str] = found["problems"]
+
+    def problem(text: str) -> None:
+        lines.append(f"Found problem: {text}")
+        problems.append(text)
+
+    if not directory.is_dir():
+        problem(f"{directory} does not exist or is not a directory")
+        return lines, found, len(problems)
+    try:
+        props = meta_properties.read(directory)
+    except errors.CorruptFileError as exc:
+        problem(str(exc))
+        props = None
+    else:
+        if props is None:
+            problem(f"{directory} is not formatted (no meta.properties)")
+    if props is not None:
+        fields = [f"version={int(props.version)}", f"cluster.id={props.cluster_id}",
+                  f"node.id={props.node_id}"]
+        if props.directory_id is not None:
+            fields.append(f"directory.id={props.directory_id}")
+        fields.extend(f"{k}={v}" for k, v in sorted(props.other.items()))
+        lines.append("Found metadata: {" + ", ".join(fields) + "}")
+        # The file's own keys are dotted (cluster.id); the JSON keys are the tools' style.
+        found["metaProperties"] = {
+            "version": int(props.version), "clusterId": props.cluster_id,
+            "nodeId": props.node_id,
+            "directoryId": None if props.directory_id is None else str(props.directory_id),
+            "otherProperties": dict(sorted(props.other.items()))}
+    lines.append("Contents:")
+    for entry in sorted(directory.iterdir()):
+        if entry.name == meta_properties.FILE_NAME:
+            continue
+        try:
+            line, described = _describe_entry(entry)
+        except errors.CorruptFileError as exc:
+            lines.append(f"  {entry.name} (Found problem: {exc})")
+            problems.append(f"{entry.name}: {exc}")
+            found["contents"].append({"name": entry.name, "type": "file", "problem": str(exc)})
+            continue
+        lines.append(f"  {line}")
+        found["contents"].append(described)
+    lines.append("")  # a blank line after each directory that exists
+    return lines, found, len(problems)
 
 
 def run_info(args: argparse.Namespace) -> int:
     problems = 0
+    found: list[dict[str, Any]] = []
     for raw in args.data_dir:
-        directory = pathlib.Path(raw)
-        print(f"Found log directory:\n  {directory}")
-        if not directory.is_dir():
-            print(f"Found problem: {directory} does not exist or is not a directory")
-            problems += 1
-            continue
-        try:
-            props = meta_properties.read(directory)
-        except errors.CorruptFileError as exc:
-            print(f"Found problem: {exc}")
-            problems += 1
-            props = None
-        else:
-            if props is None:
-                print(f"Found problem: {directory} is not formatted (no meta.properties)")
-                problems += 1
-        if props is not None:
-            fields = [f"version={int(props.version)}", f"cluster.id={props.cluster_id}",
-                      f"node.id={props.node_id}"]
-            if props.directory_id is not None:
-                fields.append(f"directory.id={props.directory_id}")
-            fields.extend(f"{k}={v}" for k, v in sorted(props.other.items()))
-            print("Found metadata: {" + ", ".join(fields) + "}")
-        print("Contents:")
-        for entry in sorted(directory.iterdir()):
-            if entry.name == meta_properties.FILE_NAME:
-                continue
-            try:
-                print(f"  {_describe_entry(entry)}")
-            except errors.CorruptFileError as exc:
-                print(f"  {entry.name} (Found problem: {exc})")
-                problems += 1
-        print()
+        lines, described, count = _info(pathlib.Path(raw))
+        problems += count
+        found.append(described)
+        if args.output != "json":
+            print("\n".join(lines))
+    if args.output == "json":
+        print(json.dumps({"logDirs": found}, indent=2))
     return EXIT_ERROR if problems else EXIT_OK
 
 
@@ -593,7 +632,7 @@ def run_dump(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``storage`` and ``log`` to the ``kraftlog`` command (see :mod:`kraftlog.cli`)."""
+    """Add ``storage`` and ``log`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
     storage = subparsers.add_parser("storage", help="format and inspect data directories")
     storage_sub = storage.add_subparsers(dest="storage_command", metavar="SUBCOMMAND")
     storage_sub.required = True
@@ -631,6 +670,9 @@ def register(subparsers: Any) -> None:
 
     info = storage_sub.add_parser("info", help="print meta.properties and contents of data dirs")
     info.add_argument("--data-dir", action="append", required=True, metavar="DIR")
+    conventions.add_output_option(
+        info, help_text="table (default), or json: {\"logDirs\": [{\"path\", "
+                        "\"metaProperties\", \"contents\", \"problems\"}]}")
     info.set_defaults(func=run_info)
 
     log = subparsers.add_parser("log", help="inspect log files")

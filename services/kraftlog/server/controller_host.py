@@ -1,6 +1,6 @@
-"""The controller side of a ``kraftlog controller`` process: QuorumController, server, jobs.
+"""The controller side of a quorum member: QuorumController, ControllerService, jobs.
 
-Owns :class:`ControllerHost`, which the quorum member's process (``raft/commands.py``)
+Owns :class:`ControllerHost`, which :class:`~.controller_server.ControllerServer`
 plugs into its raft driver: the raft listener (QuorumController + the MetadataLoader
 whose image snapshots are made from), the ControllerService servicer, and the periodic
 jobs of an active controller:
@@ -16,7 +16,7 @@ jobs of an active controller:
   replica snapshots its own log, as in Kafka).
 
 Also :data:`CONFIG_KEYS`, the controller's server.properties keys (Kafka's names).
-Edge module: asyncio and the clock.
+Composition root: asyncio and the clock.
 """
 
 from __future__ import annotations
