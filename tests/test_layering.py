@@ -17,7 +17,7 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "services" / "kraftlog"
 PURE_ROOMS = ("storage", "timeline", "raft", "controller", "broker", "metadata")
 EDGE_NAME_PARTS = ("driver", "transport", "server", "service", "grpc", "rpc", "client",
-                   "commands", "telemetry", "convert", "process")
+                   "commands", "telemetry", "convert", "process", "data_plane")
 FORBIDDEN = ("grpc", "asyncio", "opentelemetry", "time", "datetime", "kraftlog.v1",
              "google.protobuf", "threading", "socket")
 

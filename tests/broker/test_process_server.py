@@ -18,7 +18,7 @@ import crc32c
 import grpc
 import pytest
 
-from kraftlog.broker import fetcher_driver, server
+from kraftlog.broker import data_plane, fetcher_driver, server
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
@@ -64,7 +64,7 @@ class Broker:
             min_insync_replicas=min_isr))
         self.manager.add_partition(self.partition)
         self.manager.transition_replica(TP, rm.ReplicaState.ONLINE_REPLICA)
-        self.data = server.DataPlane(self.manager)
+        self.data = data_plane.DataPlane(self.manager)
         self.manager.make_leader(TP, leader_epoch=0, partition_epoch=0, replicas=(1, 2), isr=isr,
                                  now_ms=self.data.now_ms())
         self.ready = True
@@ -262,7 +262,7 @@ def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
         port = grpc_server.add_insecure_port("127.0.0.1:0")
         await grpc_server.start()
         leader.data.start()
-        follower_data = server.DataPlane(follower)
+        follower_data = data_plane.DataPlane(follower)
         fetchers = fetcher_driver.ReplicaFetcherManager(
             broker_id=2, manager=follower, data=follower_data,
             endpoint=lambda _b: f"127.0.0.1:{port}", broker_epoch=lambda: 2,
@@ -343,7 +343,7 @@ def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
 def test_the_alter_partition_sender_is_woken_only_when_a_proposal_waits(tmp_path: pathlib.Path) -> None:
     broker = Broker(tmp_path, isr=(1,), min_isr=1)
     wakeups: list[int] = []
-    broker.data = server.DataPlane(broker.manager, on_alter_partition=lambda: wakeups.append(1))
+    broker.data = data_plane.DataPlane(broker.manager, on_alter_partition=lambda: wakeups.append(1))
     broker.servicer.data = broker.data
     run(broker.servicer.Produce(produce_request([b"a"], acks=1), None))
     run(broker.servicer.Fetch(fetch_request(0), None))
@@ -392,7 +392,7 @@ def test_a_parked_request_wakes_the_poll_loop_only_if_its_deadline_comes_first(
         tmp_path: pathlib.Path) -> None:
     broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
     now = [broker.data.now_ms()]
-    broker.data = server.DataPlane(broker.manager, now_ms=lambda: now[0])
+    broker.data = data_plane.DataPlane(broker.manager, now_ms=lambda: now[0])
     broker.servicer.data = broker.data
     data = broker.data
 
@@ -462,7 +462,7 @@ def test_partitions_spread_over_num_replica_fetchers_and_follow_a_resize(
         await grpc_server.start()
         leader.data.start()
         fetchers = fetcher_driver.ReplicaFetcherManager(
-            broker_id=2, manager=follower, data=server.DataPlane(follower),
+            broker_id=2, manager=follower, data=data_plane.DataPlane(follower),
             endpoint=lambda _b: f"127.0.0.1:{port}", broker_epoch=lambda: 2,
             config=fetcher_driver.FetcherConfig(fetch_wait_max_ms=60_000, fetch_backoff_ms=50,
                                                 num_fetchers=2))

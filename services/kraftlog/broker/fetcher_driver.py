@@ -38,7 +38,7 @@ from typing import Any
 
 import grpc
 
-from kraftlog.broker import fetch_session, server
+from kraftlog.broker import data_plane, fetch_session, server
 from kraftlog.broker import follower as follower_mod
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
@@ -102,7 +102,7 @@ class ReplicaFetcher:
     """Fetches the partitions this broker follows from broker ``source_id``."""
 
     def __init__(self, *, broker_id: int, source_id: int, endpoint: Callable[[int], str | None],
-                 broker_epoch: Callable[[], int], data: server.DataPlane, fetcher_id: int = 0,
+                 broker_epoch: Callable[[], int], data: data_plane.DataPlane, fetcher_id: int = 0,
                  config: FetcherConfig, quota: rq.ReplicationQuota | None = None,
                  on_storage_error: Callable[[TopicPartition, OSError], None] | None = None,
                  ) -> None:
@@ -411,7 +411,7 @@ class ReplicaFetcherManager:
     """``num.replica.fetchers`` :class:`ReplicaFetcher` per leader broker, keyed
     (leader id, fetcher id); applies the reconciler's fetch changes."""
 
-    def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, data: server.DataPlane,
+    def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, data: data_plane.DataPlane,
                  endpoint: Callable[[int], str | None], broker_epoch: Callable[[], int],
                  config: FetcherConfig, quota: rq.ReplicationQuota | None = None) -> None:
         if config.num_fetchers < 1:

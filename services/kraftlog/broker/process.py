@@ -78,7 +78,14 @@ from typing import Any
 from kraftlog import config as kconfig
 from kraftlog import errors, health_server, malloc_tuning, rpc_guard
 from kraftlog.admin import admin_service
-from kraftlog.broker import clean_shutdown, controller_client, fetcher_driver, log_cleaner, server
+from kraftlog.broker import (
+    clean_shutdown,
+    controller_client,
+    data_plane,
+    fetcher_driver,
+    log_cleaner,
+    server,
+)
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
@@ -549,7 +556,7 @@ class _Publisher:
     """MetadataPublisher: reconcile, then move the fetchers; runs in the raft driver's task."""
 
     def __init__(self, reconciler: rc.Reconciler, fetchers: fetcher_driver.ReplicaFetcherManager,
-                 data: server.DataPlane, on_image: Callable[[], None],
+                 data: data_plane.DataPlane, on_image: Callable[[], None],
                  tracer: tracing.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
                  cluster_id: str = "",
                  on_configs: Callable[[Iterable[partition_mod.Partition]], None] | None = None,
@@ -731,7 +738,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     manager = rm.ReplicaManager(broker_id=node_id, leader_quota=leader_quota)
     health_changed = asyncio.Event()
     alter_wakeup = asyncio.Event()
-    data = server.DataPlane(manager, now_ms=wall_ms, on_alter_partition=alter_wakeup.set)
+    data = data_plane.DataPlane(manager, now_ms=wall_ms, on_alter_partition=alter_wakeup.set)
     partition_config = partition_mod.PartitionConfig(
         replica_lag_time_max_ms=cfg.get_int("replica.lag.time.max.ms"),
         min_insync_replicas=cfg.get_int("min.insync.replicas"),
