@@ -336,27 +336,19 @@ class FetchRequest(_message.Message):
     Unary Fetch is a long-poll: the broker answers when min_bytes are available
     or max_wait_ms passes (fetch.min.bytes / fetch.max.wait.ms).
 
-    FetchStream (bidirectional) saves the round trip per poll:
-      * The first request opens the stream and names the partitions and their
-        starting positions, validated as for Fetch.
-      * The broker then sends a FetchResponse whenever any of them has new data
-        or a new high watermark, continuing each partition from the end of the
-        data it last sent (`max_bytes` / `partition_max_bytes` bound each
-        message), and an empty FetchResponse at least every max_wait_ms as a
-        heartbeat.
-      * A later request updates the partitions it names. For a partition being
-        streamed, a fetch_offset between the client's previous fetch_offset and
-        the end of the data sent is a progress report: the broker records it and
-        keeps streaming. Any other fetch_offset, a partition not yet served, or
-        one that was paused restarts that partition at fetch_offset with the
-        usual epoch checks. Partitions a request does not name keep streaming.
-      * A follower sends a progress report after every append, with
-        fetch_offset = its new log end offset. The leader takes a follower's
-        progress (ISR membership, high watermark) only from fetch offsets the
-        follower sent, never from data merely streamed to it, so records in
-        flight are never counted as replicated.
-      * After answering a partition with an error or a diverging_epoch, the
-        broker pauses it on that stream until a request restarts it.
+    FetchStream (bidirectional) saves a call per poll, not the round trip:
+      * Each request on the stream is a whole Fetch (sessions included) and is
+        answered, in order, with exactly what unary Fetch would answer: the same
+        checks, the same long-poll (min_bytes / max_wait_ms), the same errors.
+      * The broker reads the next request only after it wrote the previous
+        answer: one parked fetch and one answer per stream (flow control).
+      * The leader takes a follower's progress (ISR membership, high watermark)
+        only from the fetch offsets of its requests, never from data answered on
+        the stream, so records in flight are never counted as replicated. A
+        follower sends its next request after every append.
+      * A client that cancels the stream (a parked fetch cut short, a timeout)
+        opens a new one; a broker without FetchStream answers UNIMPLEMENTED and
+        the client falls back to unary Fetch.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
