@@ -337,6 +337,50 @@ def test_fetch_stream_answers_each_request_in_order_as_unary_fetch_does(
     assert broker.partition.high_watermark == 2
 
 
+def test_produce_stream_appends_in_order_and_answers_each_request_when_it_is_done(
+        tmp_path: pathlib.Path) -> None:
+    """Requests pipelined on one ProduceStream: appended in the order read; an acks=-1
+    request waiting for the follower does not hold back the acks=1 answer behind it, and
+    each answer carries its request's correlation id."""
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+
+    async def scenario() -> list[Any]:
+        broker.data.start()
+        requests: asyncio.Queue[broker_pb2.ProduceRequest | None] = asyncio.Queue()
+
+        async def request_iterator() -> Any:
+            while (request := await requests.get()) is not None:
+                yield request
+
+        answers = broker.servicer.ProduceStream(request_iterator(), None).__aiter__()
+        try:
+            waiting = produce_request([b"a", b"b"])
+            waiting.correlation_id = 7
+            quick = produce_request([b"c"], acks=1)
+            quick.correlation_id = 8
+            await requests.put(waiting)
+            await requests.put(quick)
+            first = await answers.__anext__()
+            second = asyncio.ensure_future(answers.__anext__())
+            await asyncio.sleep(0.05)
+            assert not second.done()  # acks=-1: the follower has not fetched yet
+            await broker.servicer.Fetch(fetch_request(0, replica_id=2), None)
+            await broker.servicer.Fetch(fetch_request(3, replica_id=2), None)
+            await requests.put(None)
+            got = [first, await second]
+            with pytest.raises(StopAsyncIteration):
+                await answers.__anext__()
+            return got
+        finally:
+            await broker.data.stop()
+
+    first, second = run(scenario())
+    assert (first.correlation_id, second.correlation_id) == (8, 7)
+    assert first.responses[0].partition_responses[0].base_offset == 2
+    assert second.responses[0].partition_responses[0].base_offset == 0
+    assert second.responses[0].partition_responses[0].error.code == common_pb2.NONE
+
+
 class CountingServicer(server.BrokerServicer):
     """Counts unary Fetches and FetchStream calls (and the requests on them)."""
 

@@ -162,6 +162,7 @@ class ProduceRequest(_message.Message):
     ACKS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TOPIC_DATA_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
     """0: answer without waiting for the append; 1: after the leader's append;
     -1: after every in-sync replica has it (high watermark past the batch).
@@ -170,6 +171,14 @@ class ProduceRequest(_message.Message):
     timeout_ms: _builtins.int
     """How long an acks=-1 produce may wait for replication, in milliseconds;
     then REQUEST_TIMED_OUT (the data may still be committed).
+    """
+    correlation_id: _builtins.int
+    """ProduceStream only: the client's id for this request, echoed in its answer
+    (Kafka's request header correlation id). The broker appends the requests of
+    one stream in the order it reads them, answers each when it is done (acks=-1
+    answers wait for replication, so answers may overtake one another), and
+    reads ahead at most a bounded number of unanswered requests. Unary Produce
+    ignores it.
     """
     @_builtins.property
     def topic_data(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceRequest.TopicProduceData]:
@@ -181,10 +190,11 @@ class ProduceRequest(_message.Message):
         acks: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
         topic_data: _abc.Iterable[Global___ProduceRequest.TopicProduceData] | None = ...,
+        correlation_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topic_data", b"topic_data"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "correlation_id", b"correlation_id", "timeout_ms", b"timeout_ms", "topic_data", b"topic_data"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -312,6 +322,9 @@ class ProduceResponse(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     RESPONSES_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
+    correlation_id: _builtins.int
+    """ProduceStream: the correlation_id of the request answered; unary: 0."""
     @_builtins.property
     def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceResponse.TopicProduceResponse]:
         """Per-topic, per-partition outcomes, one per partition in the request."""
@@ -320,10 +333,11 @@ class ProduceResponse(_message.Message):
         self,
         *,
         responses: _abc.Iterable[Global___ProduceResponse.TopicProduceResponse] | None = ...,
+        correlation_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["correlation_id", b"correlation_id", "responses", b"responses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
