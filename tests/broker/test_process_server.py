@@ -381,6 +381,41 @@ def test_produce_stream_appends_in_order_and_answers_each_request_when_it_is_don
     assert second.responses[0].partition_responses[0].error.code == common_pb2.NONE
 
 
+def test_produce_stream_reads_no_more_than_its_window_while_answers_go_unwritten(
+        tmp_path: pathlib.Path) -> None:
+    """A client that reads no answers: the broker stops reading its requests once
+    PRODUCE_STREAM_MAX_IN_FLIGHT are read and unanswered on the wire."""
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    window = server.PRODUCE_STREAM_MAX_IN_FLIGHT
+    read = [0]
+
+    async def request_iterator() -> Any:
+        for index in range(window + 20):
+            read[0] += 1
+            request = produce_request([b"%d" % index], acks=1)
+            request.correlation_id = index
+            yield request
+
+    async def scenario() -> tuple[int, int, int]:
+        broker.data.start()
+        answers = broker.servicer.ProduceStream(request_iterator(), None).__aiter__()
+        try:
+            first = await answers.__anext__()  # the stream is now paused writing it
+            await asyncio.sleep(0.2)
+            held = read[0]
+            await answers.__anext__()
+            await asyncio.sleep(0.1)
+            return first.correlation_id, held, read[0]
+        finally:
+            await answers.aclose()
+            await broker.data.stop()
+
+    first, held, after_one_more = run(scenario())
+    assert first == 0
+    assert held == window
+    assert after_one_more == window + 1
+
+
 class CountingServicer(server.BrokerServicer):
     """Counts unary Fetches and FetchStream calls (and the requests on them)."""
 

@@ -176,7 +176,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         Why: a unary call costs both ends several times the CPU of a message on an open
         stream (call set-up, metadata, a server task), which at Kafka's 16 KiB batches was
         most of a produce's cost. Flow control: at most :data:`PRODUCE_STREAM_MAX_IN_FLIGHT`
-        requests read and unanswered; then the broker reads no more until one is answered.
+        requests read and not yet answered on the wire; then the broker reads no more until
+        an answer is written.
         A request's outcome is exactly what unary Produce answers; when the stream breaks,
         a client cannot tell which requests were appended (the same as a lost unary
         answer), so it must keep their batches' identity (idempotence) when it resends.
@@ -194,13 +195,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 raise
             except Exception as exc:  # handed to the stream: rpc_guard answers INTERNAL
                 answers.put_nowait(exc)
-            finally:
-                room.release()
 
         async def read() -> None:
             try:
-                async for request in request_iterator:
+                requests = request_iterator.__aiter__()
+                while True:
                     await room.acquire()
+                    try:
+                        request = await requests.__anext__()
+                    except StopAsyncIteration:
+                        break
                     task = asyncio.create_task(answer(request))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
@@ -219,6 +223,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 if isinstance(item, BaseException):
                     raise item
                 yield item
+                # Room frees once the answer is written, so a client that reads no answers
+                # stops the reading of its requests, not just their appends.
+                room.release()
         finally:
             reader.cancel()
             for task in list(pending):
