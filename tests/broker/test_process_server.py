@@ -293,8 +293,11 @@ def test_fetch_stream_answers_each_request_in_order_as_unary_fetch_does(
         tmp_path: pathlib.Path) -> None:
     """A follower's requests on one FetchStream: each answer is what Fetch answers; records
     answered on the stream are not replicated until a later request asks past them (the
-    acks=all produce waits for it), and a request with nothing new parks until an append."""
+    acks=all produce waits for it), and a request with nothing new parks until an append.
+    Each request is timed as a unary Fetch is (the request metrics)."""
     broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+    observed: list[tuple[str, bool]] = []
+    broker.servicer = observed_servicer(broker, observed)
 
     async def scenario() -> tuple[Any, list[Any]]:
         broker.data.start()
@@ -335,14 +338,24 @@ def test_fetch_stream_answers_each_request_in_order_as_unary_fetch_does(
     assert [r.value for b in rb.decode_batches(part.records) for r in b.records] == [b"c"]
     assert part.high_watermark == 2  # offset 2 is not on the follower yet
     assert broker.partition.high_watermark == 2
+    assert observed == [("Fetch", True)] * 2
+
+
+def observed_servicer(broker: Broker, observed: list[tuple[str, bool]]) -> server.BrokerServicer:
+    return server.BrokerServicer(
+        broker.data, broker_id=1, cluster_id="c", image=lambda: broker.image,
+        controller_id=lambda: 3, listener_name="PLAINTEXT", log_dirs=[],
+        observe_request=lambda method, _seconds, ok: observed.append((method, ok)))
 
 
 def test_produce_stream_appends_in_order_and_answers_each_request_when_it_is_done(
         tmp_path: pathlib.Path) -> None:
     """Requests pipelined on one ProduceStream: appended in the order read; an acks=-1
     request waiting for the follower does not hold back the acks=1 answer behind it, and
-    each answer carries its request's correlation id."""
+    each answer carries its request's correlation id, and each is timed."""
     broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+    observed: list[tuple[str, bool]] = []
+    broker.servicer = observed_servicer(broker, observed)
 
     async def scenario() -> list[Any]:
         broker.data.start()
@@ -379,6 +392,7 @@ def test_produce_stream_appends_in_order_and_answers_each_request_when_it_is_don
     assert first.responses[0].partition_responses[0].base_offset == 2
     assert second.responses[0].partition_responses[0].base_offset == 0
     assert second.responses[0].partition_responses[0].error.code == common_pb2.NONE
+    assert observed == [("Produce", True)] * 2
 
 
 def test_produce_stream_reads_no_more_than_its_window_while_answers_go_unwritten(

@@ -110,8 +110,12 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                  listener_name: str, log_dirs: Sequence[str] = (),
                  ready: Callable[[], bool] = lambda: True,
                  producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None,
-                 groups: gcd.GroupCoordinatorDriver | None = None) -> None:
+                 groups: gcd.GroupCoordinatorDriver | None = None,
+                 observe_request: Callable[[str, float, bool], None] | None = None) -> None:
         self.data = data
+        self._observe_request = observe_request
+        """(method, seconds, ok) per request read on a FetchStream / ProduceStream: the
+        request metrics the server interceptor keeps for unary Fetch and Produce calls."""
         self.groups = groups
         # (deadline as time.monotonic()) -> (error, producer id, message); None: not wired.
         self._producer_ids = producer_ids
@@ -186,7 +190,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         room = asyncio.Semaphore(PRODUCE_STREAM_MAX_IN_FLIGHT)
         pending: set[asyncio.Task[None]] = set()
 
+        observe = self._observe_request
+
         async def answer(request: broker_pb2.ProduceRequest) -> None:
+            started = time.perf_counter()
             try:
                 response = await self._answer_produce(request)
                 response.correlation_id = request.correlation_id
@@ -195,6 +202,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
                 raise
             except Exception as exc:  # handed to the stream: rpc_guard answers INTERNAL
                 answers.put_nowait(exc)
+                if observe is not None:
+                    observe("Produce", time.perf_counter() - started, False)
+                return
+            if observe is not None:
+                observe("Produce", time.perf_counter() - started, True)
 
         async def read() -> None:
             try:
@@ -656,8 +668,17 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         held back by HTTP/2's window. Acknowledgement: the fetch offsets of the next request,
         as with unary Fetch; nothing streamed counts as replicated until it is asked past.
         """
+        observe = self._observe_request
         async for request in request_iterator:
-            yield await self._answer_fetch(request)
+            started = time.perf_counter()
+            ok = False
+            try:
+                answer = await self._answer_fetch(request)
+                ok = True
+            finally:
+                if observe is not None:
+                    observe("Fetch", time.perf_counter() - started, ok)
+            yield answer
 
     # -- group offsets (FindCoordinator, OffsetCommit, OffsetFetch) ----------------------------
 
