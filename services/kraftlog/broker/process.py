@@ -829,7 +829,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                      listener_name=listener_name,
                                      log_dirs=[str(d) for d in log_dirs],
                                      ready=lambda: lifecycle.ready,
-                                     producer_ids=allocate_producer_id, groups=groups)
+                                     producer_ids=allocate_producer_id, groups=groups,
+                                     observe_request=(broker_metrics.observe_request
+                                                      if broker_metrics is not None else None))
     grpc_server = server.create_server(servicer, interceptors=grpc_tracing.data_path_interceptors(
         tracer.tracer if tracer.enabled else None,
         broker_metrics.observe_request if broker_metrics is not None else None))
