@@ -20,8 +20,12 @@ producer needs) resolving to a :class:`RecordMetadata`, or raising a
 (:class:`kraftlog.storage.record_batch.RecordsBuilder`). One background *sender* thread
 drains ready batches (``batch.size`` reached, ``linger.ms`` passed, or a flush), seals
 each as a Kafka RecordBatch v2 (header and CRC, with ``compression.type``), and sends
-one Produce RPC per leader broker carrying every ready partition it leads, without
-waiting for other brokers (gRPC futures). A partition may have up to
+one Produce request per leader broker carrying every ready partition it leads, without
+waiting for other brokers: a request on the broker's ProduceStream
+(:mod:`.produce_stream`; many in flight, answered by correlation id), or a unary
+Produce call (gRPC futures) to a broker that answered ProduceStream UNIMPLEMENTED. A
+request whose stream ends unanswered is a lost answer like a unary call's transport
+failure. A partition may have up to
 ``max.in.flight.requests.per.connection`` requests unanswered, counted from its
 oldest unanswered one (a window: an answered request after an unanswered one still
 counts, and a batch waiting for its retry keeps its place). Retriable errors
