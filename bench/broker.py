@@ -25,6 +25,10 @@ so neither system's idle processes tax the other's numbers.
   acknowledgement (so a client that falls behind the schedule pays for it: no
   coordinated omission); the first second is warm-up. NATS at the same rate, same
   way. Ratio NATS p99 / our p99, target >= 1.
+- latency at rest: ``--rest-rate`` (1,000) records/s for ``--rest-seconds`` from a
+  producer with ``linger.ms`` 0, so each record travels alone (client, leader append,
+  follower fetches, high watermark, answer); NATS at the same rate. Target: our p50
+  <= 2 ms; NATS's p50 printed beside it.
 - consume: everything produced, read back from the beginning by
   :class:`kraftlog.client.Consumer` (every record's value touched) vs a NATS pull
   consumer (``--nats-fetch-batch`` per fetch, AckPolicy none). Ratio of MB/s,
@@ -53,6 +57,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import io
 import json
@@ -87,6 +92,8 @@ BROKER_IDS = (101, 102, 103)
 CONTROLLER_IDS = (1, 2, 3)
 WARMUP_S = 1.0
 """The first second of each latency phase is not counted."""
+REST_P50_TARGET_MS = 2.0
+"""Latency at rest (issue 19 target 3): a single record's trip, p50, at ``--rest-rate``."""
 DRAIN_BOUND_S = 30.0
 """How long outstanding acknowledgements may take after a phase stops sending."""
 SINK_METHOD = "/kraftlog.bench.Sink/Put"
@@ -295,10 +302,13 @@ def kraftlog_produce_max(producer: client.Producer, topic: str, args: argparse.N
 
 
 def kraftlog_produce_paced(producer: client.Producer, topic: str, rate: float,
-                           args: argparse.Namespace, meter: CpuMeter) -> dict[str, Any]:
-    """Records at ``rate``/s for ``args.latency_seconds``; latency from the scheduled time."""
+                           args: argparse.Namespace, meter: CpuMeter,
+                           seconds: float | None = None) -> dict[str, Any]:
+    """Records at ``rate``/s for ``seconds`` (default ``args.latency_seconds``); latency
+    from the scheduled time."""
     value = b"x" * args.record_bytes
-    total = max(1, int(rate * args.latency_seconds))
+    seconds = args.latency_seconds if seconds is None else seconds
+    total = max(1, int(rate * seconds))
     samples: list[float] = []
     errors: list[BaseException] = []
     pc = time.perf_counter
@@ -306,7 +316,7 @@ def kraftlog_produce_paced(producer: client.Producer, topic: str, rate: float,
     meter.start()
     t0 = pc()
     measure_from = t0 + WARMUP_S
-    hard_stop = t0 + args.latency_seconds + args.phase_seconds
+    hard_stop = t0 + seconds + args.phase_seconds
     sent = 0
     spread = args.partitioner == "round-robin"
 
@@ -454,7 +464,13 @@ def measure_kraftlog(root: pathlib.Path, args: argparse.Namespace) -> dict[str, 
             rate = result["produce"]["msgs_per_s"] / 2
             step(f"kraftlog: paced produce at {rate:,.0f}/s for {args.latency_seconds} s")
             result["latency"] = kraftlog_produce_paced(producer, topic, rate, args, meter)
-        expected = 10 + result["produce"]["records"] + result["latency"]["records"]
+        step(f"kraftlog: at rest, {args.rest_rate:,.0f}/s with linger.ms=0 for {args.rest_seconds} s")
+        with client.Producer(dataclasses.replace(producer_config(bootstrap, args),
+                                                 linger_ms=0)) as producer:
+            result["rest"] = kraftlog_produce_paced(producer, topic, args.rest_rate, args, meter,
+                                                    seconds=args.rest_seconds)
+        expected = (10 + result["produce"]["records"] + result["latency"]["records"]
+                    + result["rest"]["records"])
         step(f"kraftlog: consume {expected} records")
         result["consume"] = kraftlog_consume(bootstrap, topic, expected, args, meter)
         return result
@@ -580,16 +596,17 @@ async def nats_produce_max(js: Any, subject: str, count: int, args: argparse.Nam
 
 
 async def nats_produce_paced(js: Any, subject: str, rate: float, args: argparse.Namespace,
-                             meter: CpuMeter) -> dict[str, Any]:
+                             meter: CpuMeter, seconds: float | None = None) -> dict[str, Any]:
     payload = b"x" * args.record_bytes
-    total = max(1, int(rate * args.latency_seconds))
+    seconds = args.latency_seconds if seconds is None else seconds
+    total = max(1, int(rate * seconds))
     samples: list[float] = []
     errors = [0]
     pc = time.perf_counter
     meter.start()
     t0 = pc()
     measure_from = t0 + WARMUP_S
-    hard_stop = t0 + args.latency_seconds + args.phase_seconds
+    hard_stop = t0 + seconds + args.phase_seconds
     sent = 0
 
     def on_done(future: asyncio.Future[Any], scheduled: float) -> None:
@@ -667,7 +684,11 @@ async def measure_nats_async(cluster: NatsCluster, count: int, rate: float,
         result["produce"] = await nats_produce_max(js, "bench.max", count, args, meter)
         step(f"nats: paced publish at {rate:,.0f}/s for {args.latency_seconds} s")
         result["latency"] = await nats_produce_paced(js, "bench.paced", rate, args, meter)
-        expected = 10 + result["produce"]["records"] + result["latency"]["records"]
+        step(f"nats: at rest, {args.rest_rate:,.0f}/s for {args.rest_seconds} s")
+        result["rest"] = await nats_produce_paced(js, "bench.rest", args.rest_rate, args, meter,
+                                                  seconds=args.rest_seconds)
+        expected = (10 + result["produce"]["records"] + result["latency"]["records"]
+                    + result["rest"]["records"])
         step(f"nats: pull-consume {expected} messages")
         result["consume"] = await nats_consume(js, stream, expected, args, meter)
         return result
@@ -778,11 +799,14 @@ def report(ours: dict[str, Any], nats: dict[str, Any], anchor: dict[str, Any],
               for phase in ("produce", "consume")}
     ratios["produce_cpu_ratio"] = cpu_us["nats_produce"] / cpu_us["kraftlog_produce"]
     ratios["consume_cpu_ratio"] = cpu_us["nats_consume"] / cpu_us["kraftlog_consume"]
+    ratios["rest_p50_ratio"] = nats["rest"]["p50_ms"] / ours["rest"]["p50_ms"]
     passed = {"produce_msgs_ratio": ratios["produce_msgs_ratio"] >= 5,
               "latency_p99_ratio": ratios["latency_p99_ratio"] >= 1,
-              "consume_mb_ratio": ratios["consume_mb_ratio"] >= 10}
+              "consume_mb_ratio": ratios["consume_mb_ratio"] >= 10,
+              "rest_p50_ms": ours["rest"]["p50_ms"] <= REST_P50_TARGET_MS}
     op, np_, ol, nl, oc, nc = (ours["produce"], nats["produce"], ours["latency"],
                                nats["latency"], ours["consume"], nats["consume"])
+    orest, nrest = ours["rest"], nats["rest"]
     rows = [
         ("produce msgs/s", f"{op['msgs_per_s']:,.0f}", f"{np_['msgs_per_s']:,.0f}",
          ratios["produce_msgs_ratio"], ">= 5", passed["produce_msgs_ratio"]),
@@ -794,6 +818,11 @@ def report(ours: dict[str, Any], nats: dict[str, Any], anchor: dict[str, Any],
          ratios["latency_p99_ratio"], ">= 1 (NATS/ours)", passed["latency_p99_ratio"]),
         ("  achieved rate /s", f"{ol['achieved_rate']:,.0f}", f"{nl['achieved_rate']:,.0f}",
          None, "", None),
+        (f"p50 ms at rest {orest['target_rate']:,.0f}/s", f"{orest['p50_ms']:.2f}",
+         f"{nrest['p50_ms']:.2f}", ratios["rest_p50_ratio"],
+         f"ours <= {REST_P50_TARGET_MS} ms (linger.ms 0)", passed["rest_p50_ms"]),
+        (f"p99 ms at rest {orest['target_rate']:,.0f}/s", f"{orest['p99_ms']:.2f}",
+         f"{nrest['p99_ms']:.2f}", nrest["p99_ms"] / orest["p99_ms"], "(info, NATS/ours)", None),
         ("consume MB/s" + ("" if oc["complete"] and nc["complete"] else " (cut short)"),
          f"{oc['mb_per_s']:.1f}", f"{nc['mb_per_s']:.1f}",
          ratios["consume_mb_ratio"], ">= 10", passed["consume_mb_ratio"]),
@@ -819,7 +848,7 @@ def report(ours: dict[str, Any], nats: dict[str, Any], anchor: dict[str, Any],
         shown = "" if ratio is None else f"{ratio:7.2f}"
         print(f"{name:28} {a:>12} {b:>12} {shown:>7}  {target} {verdict}".rstrip())
     print("cpu cores (client / servers / other tenants):")
-    for phase in ("produce", "latency", "consume"):
+    for phase in ("produce", "latency", "rest", "consume"):
         print(f"  {phase:8} kraftlog {ours[phase]['client_cpu_cores']:.2f} / "
               f"{ours[phase]['servers_cpu_cores']:.2f} / {ours[phase]['other_cpu_cores']:.2f}"
               f"   NATS {nats[phase]['client_cpu_cores']:.2f} / "
@@ -849,6 +878,10 @@ def main() -> None:
                         help="the consumer's max.partition.fetch.bytes")
     parser.add_argument("--latency-seconds", type=float, default=8.0,
                         help="length of each paced (half max rate) phase")
+    parser.add_argument("--rest-rate", type=float, default=1000.0,
+                        help="records/s of the at-rest latency phase (linger.ms 0)")
+    parser.add_argument("--rest-seconds", type=float, default=5.0,
+                        help="length of the at-rest latency phase")
     parser.add_argument("--phase-seconds", type=float, default=40.0,
                         help="bound on each produce / consume phase (a consume phase cut "
                         "short reports complete=false)")
@@ -871,6 +904,10 @@ def main() -> None:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     if args.latency_seconds <= WARMUP_S:
         parser.error(f"--latency-seconds must be more than the {WARMUP_S} s warm-up")
+    if args.rest_seconds <= WARMUP_S:
+        parser.error(f"--rest-seconds must be more than the {WARMUP_S} s warm-up")
+    if args.rest_rate <= 0:
+        parser.error("--rest-rate must be positive")
     # Both systems' clients run in this process: malloc as a bulk client should set it
     # (client.tune_malloc; the brokers set it themselves, NATS's Go servers need none).
     args.client_malloc_tuned = client.tune_malloc()

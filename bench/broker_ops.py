@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from kraftlog.broker import fetcher_driver, server
+from kraftlog.broker import data_plane, fetcher_driver, server
 from kraftlog.metadata import image as im
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
@@ -65,7 +65,7 @@ async def measure(batches: int, root: pathlib.Path) -> dict[str, list[float]]:
     harness.LOG_CONFIG = LogConfig(segment_index_bytes=10 * 1024 * 1024, segment_bytes=1 << 30)
     cluster = harness.Cluster(root)
     now = [harness.T0]
-    planes = {b: server.DataPlane(cluster.managers[b], now_ms=lambda: now[0]) for b in cluster.broker_ids}
+    planes = {b: data_plane.DataPlane(cluster.managers[b], now_ms=lambda: now[0]) for b in cluster.broker_ids}
     servicer = server.BrokerServicer(planes[1], broker_id=1, cluster_id="bench", image=lambda: im.EMPTY,
                                      controller_id=lambda: 1, listener_name="PLAINTEXT")
     fetchers: dict[int, fetcher_driver.ReplicaFetcher] = {}

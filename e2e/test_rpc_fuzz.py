@@ -89,7 +89,7 @@ DEFINED_CODES = frozenset(int(code) for code in ErrorCode)
 ALLOWED_STATUS = frozenset({grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT,
                             grpc.StatusCode.DEADLINE_EXCEEDED,
                             grpc.StatusCode.RESOURCE_EXHAUSTED})
-UNSERVED = {"broker.FetchStream": "FetchStream is not served by this broker version yet"}
+UNSERVED: dict[str, str] = {}
 """Methods in the contracts that a node answers UNIMPLEMENTED on purpose, with that text."""
 METADATA_PARTITION = common_pb2.TopicPartition(topic="__cluster_metadata", partition=0)
 SERVER_PATH = re.compile(r"(/work/|/site-packages/|\.py\b|Traceback)")

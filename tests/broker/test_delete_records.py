@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import pathlib
 
+from kraftlog.broker import data_plane, server
 from kraftlog.broker import replica_manager as rm_mod
-from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.metadata import records as r
 from kraftlog.storage.log_config import LogConfig
@@ -121,7 +121,7 @@ def test_the_data_plane_checkpoints_before_it_answers(tmp_path: pathlib.Path) ->
     for i in range(3):
         cluster.leader_manager.append_records({TP: batch(f"r{i}".encode())}, required_acks=1,
                                               timeout_ms=1000, now_ms=cluster.now_ms)
-    data = server.DataPlane(cluster.leader_manager, now_ms=lambda: cluster.now_ms)
+    data = data_plane.DataPlane(cluster.leader_manager, now_ms=lambda: cluster.now_ms)
     seen: list[int] = []
 
     async def checkpoint() -> None:
@@ -141,7 +141,7 @@ def test_the_rpc_checks_its_input_and_answers_an_error_per_partition(
     for i in range(3):
         cluster.leader_manager.append_records({TP: batch(f"r{i}".encode())}, required_acks=1,
                                               timeout_ms=1000, now_ms=cluster.now_ms)
-    data = server.DataPlane(cluster.leader_manager, now_ms=lambda: cluster.now_ms)
+    data = data_plane.DataPlane(cluster.leader_manager, now_ms=lambda: cluster.now_ms)
     metadata = Metadata()
     metadata.commit(r.ConfigRecord(resource_type=r.ConfigResourceType.TOPIC,
                                    resource_name="kept", name="cleanup.policy", value="compact"))

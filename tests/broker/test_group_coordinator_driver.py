@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from kraftlog import config as kconfig
+from kraftlog.broker import data_plane, server
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_coordinator_driver as gcd
 from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
-from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError
 from kraftlog.ids import TopicPartition, Uuid
@@ -83,7 +83,7 @@ class Node:
         store = Store(root, None if offsets_max_message_bytes is None else
                       partition_mod.PartitionConfig(max_message_bytes=offsets_max_message_bytes))
         self.reconciler = rc.Reconciler(broker_id=BROKER, manager=self.manager, store=store)
-        self.data = server.DataPlane(self.manager)  # wall clock: acks=all timeouts expire
+        self.data = data_plane.DataPlane(self.manager)  # wall clock: acks=all timeouts expire
         self.created: list[controller_pb2.CreateTopicsRequest] = []
         self.driver = gcd.GroupCoordinatorDriver(
             broker_id=BROKER, data=self.data, image=lambda: self.metadata.image,

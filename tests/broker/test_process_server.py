@@ -18,7 +18,7 @@ import crc32c
 import grpc
 import pytest
 
-from kraftlog.broker import fetcher_driver, server
+from kraftlog.broker import data_plane, fetcher_driver, server
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
@@ -30,7 +30,7 @@ from kraftlog.metadata import records as r
 from kraftlog.raft import transport
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import record_batch as rb
-from kraftlog.v1 import broker_pb2, common_pb2
+from kraftlog.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from tests import proto_fuzz
 from tests.broker.harness import TOPIC_ID, TP, batch, open_partition
 
@@ -64,7 +64,7 @@ class Broker:
             min_insync_replicas=min_isr))
         self.manager.add_partition(self.partition)
         self.manager.transition_replica(TP, rm.ReplicaState.ONLINE_REPLICA)
-        self.data = server.DataPlane(self.manager)
+        self.data = data_plane.DataPlane(self.manager)
         self.manager.make_leader(TP, leader_epoch=0, partition_epoch=0, replicas=(1, 2), isr=isr,
                                  now_ms=self.data.now_ms())
         self.ready = True
@@ -301,7 +301,7 @@ def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
         port = grpc_server.add_insecure_port("127.0.0.1:0")
         await grpc_server.start()
         leader.data.start()
-        follower_data = server.DataPlane(follower)
+        follower_data = data_plane.DataPlane(follower)
         fetchers = fetcher_driver.ReplicaFetcherManager(
             broker_id=2, manager=follower, data=follower_data,
             endpoint=lambda _b: f"127.0.0.1:{port}", broker_epoch=lambda: 2,
@@ -326,6 +326,228 @@ def test_replica_fetcher_replicates_over_grpc_and_takes_new_partitions_mid_poll(
             await grpc_server.stop(None)
 
     assert run(scenario()) == (2, 1)
+
+
+def test_fetch_stream_answers_each_request_in_order_as_unary_fetch_does(
+        tmp_path: pathlib.Path) -> None:
+    """A follower's requests on one FetchStream: each answer is what Fetch answers; records
+    answered on the stream are not replicated until a later request asks past them (the
+    acks=all produce waits for it), and a request with nothing new parks until an append.
+    Each request is timed as a unary Fetch is (the request metrics)."""
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+    observed: list[tuple[str, bool]] = []
+    broker.servicer = observed_servicer(broker, observed)
+
+    async def scenario() -> tuple[Any, list[Any]]:
+        broker.data.start()
+        requests: asyncio.Queue[broker_pb2.FetchRequest | None] = asyncio.Queue()
+
+        async def request_iterator() -> Any:
+            while (request := await requests.get()) is not None:
+                yield request
+
+        answers = broker.servicer.FetchStream(request_iterator(), None).__aiter__()
+        try:
+            pending = asyncio.ensure_future(broker.servicer.Produce(produce_request([b"a", b"b"]),
+                                                                    None))
+            await asyncio.sleep(0.05)  # appended, waiting for the follower
+            await requests.put(fetch_request(0, replica_id=2))
+            first = await answers.__anext__()
+            await asyncio.sleep(0.05)
+            assert not pending.done()  # streamed to the follower, not yet acknowledged
+            await requests.put(fetch_request(2, replica_id=2, max_wait_ms=5_000))
+            parked = asyncio.ensure_future(answers.__anext__())
+            produced = await pending  # the fetch offset 2 acknowledged it
+            await asyncio.sleep(0.05)
+            assert not parked.done()  # nothing past offset 2 yet: the request long-polls
+            await broker.servicer.Produce(produce_request([b"c"], acks=1), None)
+            second = await parked
+            await requests.put(None)
+            with pytest.raises(StopAsyncIteration):
+                await answers.__anext__()
+            return produced, [first, second]
+        finally:
+            await broker.data.stop()
+
+    produced, (first, second) = run(scenario())
+    assert produced.responses[0].partition_responses[0].error.code == common_pb2.NONE
+    assert [r.value for b in rb.decode_batches(first.responses[0].partitions[0].records)
+            for r in b.records] == [b"a", b"b"]
+    part = second.responses[0].partitions[0]
+    assert [r.value for b in rb.decode_batches(part.records) for r in b.records] == [b"c"]
+    assert part.high_watermark == 2  # offset 2 is not on the follower yet
+    assert broker.partition.high_watermark == 2
+    assert observed == [("Fetch", True)] * 2
+
+
+def observed_servicer(broker: Broker, observed: list[tuple[str, bool]]) -> server.BrokerServicer:
+    return server.BrokerServicer(
+        broker.data, broker_id=1, cluster_id="c", image=lambda: broker.image,
+        controller_id=lambda: 3, listener_name="PLAINTEXT", log_dirs=[],
+        observe_request=lambda method, _seconds, ok: observed.append((method, ok)))
+
+
+def test_produce_stream_appends_in_order_and_answers_each_request_when_it_is_done(
+        tmp_path: pathlib.Path) -> None:
+    """Requests pipelined on one ProduceStream: appended in the order read; an acks=-1
+    request waiting for the follower does not hold back the acks=1 answer behind it, and
+    each answer carries its request's correlation id, and each is timed."""
+    broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
+    observed: list[tuple[str, bool]] = []
+    broker.servicer = observed_servicer(broker, observed)
+
+    async def scenario() -> list[Any]:
+        broker.data.start()
+        requests: asyncio.Queue[broker_pb2.ProduceRequest | None] = asyncio.Queue()
+
+        async def request_iterator() -> Any:
+            while (request := await requests.get()) is not None:
+                yield request
+
+        answers = broker.servicer.ProduceStream(request_iterator(), None).__aiter__()
+        try:
+            waiting = produce_request([b"a", b"b"])
+            waiting.correlation_id = 7
+            quick = produce_request([b"c"], acks=1)
+            quick.correlation_id = 8
+            await requests.put(waiting)
+            await requests.put(quick)
+            first = await answers.__anext__()
+            second = asyncio.ensure_future(answers.__anext__())
+            await asyncio.sleep(0.05)
+            assert not second.done()  # acks=-1: the follower has not fetched yet
+            await broker.servicer.Fetch(fetch_request(0, replica_id=2), None)
+            await broker.servicer.Fetch(fetch_request(3, replica_id=2), None)
+            await requests.put(None)
+            got = [first, await second]
+            with pytest.raises(StopAsyncIteration):
+                await answers.__anext__()
+            return got
+        finally:
+            await broker.data.stop()
+
+    first, second = run(scenario())
+    assert (first.correlation_id, second.correlation_id) == (8, 7)
+    assert first.responses[0].partition_responses[0].base_offset == 2
+    assert second.responses[0].partition_responses[0].base_offset == 0
+    assert second.responses[0].partition_responses[0].error.code == common_pb2.NONE
+    assert observed == [("Produce", True)] * 2
+
+
+def test_produce_stream_reads_no_more_than_its_window_while_answers_go_unwritten(
+        tmp_path: pathlib.Path) -> None:
+    """A client that reads no answers: the broker stops reading its requests once
+    PRODUCE_STREAM_MAX_IN_FLIGHT are read and unanswered on the wire."""
+    broker = Broker(tmp_path, isr=(1,), min_isr=1)
+    window = server.PRODUCE_STREAM_MAX_IN_FLIGHT
+    read = [0]
+
+    async def request_iterator() -> Any:
+        for index in range(window + 20):
+            read[0] += 1
+            request = produce_request([b"%d" % index], acks=1)
+            request.correlation_id = index
+            yield request
+
+    async def scenario() -> tuple[int, int, int]:
+        broker.data.start()
+        answers = broker.servicer.ProduceStream(request_iterator(), None).__aiter__()
+        try:
+            first = await answers.__anext__()  # the stream is now paused writing it
+            await asyncio.sleep(0.2)
+            held = read[0]
+            await answers.__anext__()
+            await asyncio.sleep(0.1)
+            return first.correlation_id, held, read[0]
+        finally:
+            await answers.aclose()
+            await broker.data.stop()
+
+    first, held, after_one_more = run(scenario())
+    assert first == 0
+    assert held == window
+    assert after_one_more == window + 1
+
+
+class CountingServicer(server.BrokerServicer):
+    """Counts unary Fetches and FetchStream calls (and the requests on them)."""
+
+    unary_fetches = 0
+    streams = 0
+    stream_requests = 0
+
+    async def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> Any:
+        self.unary_fetches += 1
+        return await super().Fetch(request, context)
+
+    async def FetchStream(self, request_iterator: Any, context: Any) -> Any:
+        self.streams += 1
+
+        async def counted() -> Any:
+            async for request in request_iterator:
+                self.stream_requests += 1
+                yield request
+
+        async for answer in super().FetchStream(counted(), context):
+            yield answer
+
+
+class ServicerWithoutFetchStream(CountingServicer):
+    """A broker from before FetchStream: the generated servicer's UNIMPLEMENTED answer."""
+
+    def FetchStream(self, request_iterator: Any, context: Any) -> Any:
+        return broker_pb2_grpc.BrokerServiceServicer.FetchStream(self, request_iterator, context)
+
+
+@pytest.mark.parametrize("servicer_class", [CountingServicer, ServicerWithoutFetchStream])
+def test_replica_fetcher_fetches_on_one_stream_or_unary_from_an_older_leader(
+        tmp_path: pathlib.Path, servicer_class: type[CountingServicer]) -> None:
+    """Replication over loopback gRPC: every round of the fetcher is a request on one
+    FetchStream; a leader answering FetchStream UNIMPLEMENTED gets unary Fetches instead."""
+    leader = Broker(tmp_path / "leader", isr=(1, 2), min_isr=2)
+    leader.servicer = servicer_class(
+        leader.data, broker_id=1, cluster_id="c", image=lambda: leader.image,
+        controller_id=lambda: 3, listener_name="PLAINTEXT", log_dirs=[str(tmp_path / "leader")])
+    follower = rm.ReplicaManager(broker_id=2)
+    follower.add_partition(open_partition(tmp_path / "follower" / TP.dir_name, 2))
+    follower.transition_replica(TP, rm.ReplicaState.ONLINE_REPLICA)
+    follower.make_follower(TP, leader_id=1, leader_epoch=0, partition_epoch=0, replicas=(1, 2))
+
+    async def scenario() -> list[int]:
+        grpc_server = grpc.aio.server(options=transport.server_options())
+        server.add_to_server(leader.servicer, grpc_server)
+        port = grpc_server.add_insecure_port("127.0.0.1:0")
+        await grpc_server.start()
+        leader.data.start()
+        follower_data = data_plane.DataPlane(follower)
+        fetchers = fetcher_driver.ReplicaFetcherManager(
+            broker_id=2, manager=follower, data=follower_data,
+            endpoint=lambda _b: f"127.0.0.1:{port}", broker_epoch=lambda: 2,
+            config=fetcher_driver.FetcherConfig(fetch_wait_max_ms=60_000, fetch_backoff_ms=50))
+        try:
+            fetchers.apply(rc.ReconcileResult(start_fetching=[rc.FetchTarget(
+                topic_partition=TP, topic_id=TOPIC_ID, leader_id=1, leader_epoch=0)]))
+            offsets = []
+            for value in (b"a", b"b", b"c"):
+                # acks=all with min ISR 2: answered only once the follower's next request
+                # reported the append.
+                answer = await leader.servicer.Produce(produce_request([value]), None)
+                offsets.append(answer.responses[0].partition_responses[0].base_offset)
+            return offsets
+        finally:
+            await fetchers.stop()
+            await leader.data.stop()
+            await grpc_server.stop(None)
+
+    assert run(scenario()) == [0, 1, 2]
+    assert leader.partition.high_watermark == 3
+    servicer = leader.servicer
+    assert isinstance(servicer, CountingServicer)
+    if servicer_class is CountingServicer:
+        assert servicer.unary_fetches == 0 and servicer.streams == 1
+        assert servicer.stream_requests >= 4  # a request per append and the one parked after
+    else:
+        assert servicer.unary_fetches >= 4 and servicer.stream_requests == 0
 
 
 def test_clients_cannot_produce_to_an_internal_topic(tmp_path: pathlib.Path) -> None:
@@ -382,7 +604,7 @@ def test_fetch_answers_every_partition_grouped_by_topic_with_records_and_errors(
 def test_the_alter_partition_sender_is_woken_only_when_a_proposal_waits(tmp_path: pathlib.Path) -> None:
     broker = Broker(tmp_path, isr=(1,), min_isr=1)
     wakeups: list[int] = []
-    broker.data = server.DataPlane(broker.manager, on_alter_partition=lambda: wakeups.append(1))
+    broker.data = data_plane.DataPlane(broker.manager, on_alter_partition=lambda: wakeups.append(1))
     broker.servicer.data = broker.data
     run(broker.servicer.Produce(produce_request([b"a"], acks=1), None))
     run(broker.servicer.Fetch(fetch_request(0), None))
@@ -431,7 +653,7 @@ def test_a_parked_request_wakes_the_poll_loop_only_if_its_deadline_comes_first(
         tmp_path: pathlib.Path) -> None:
     broker = Broker(tmp_path, isr=(1, 2), min_isr=2)
     now = [broker.data.now_ms()]
-    broker.data = server.DataPlane(broker.manager, now_ms=lambda: now[0])
+    broker.data = data_plane.DataPlane(broker.manager, now_ms=lambda: now[0])
     broker.servicer.data = broker.data
     data = broker.data
 
@@ -501,7 +723,7 @@ def test_partitions_spread_over_num_replica_fetchers_and_follow_a_resize(
         await grpc_server.start()
         leader.data.start()
         fetchers = fetcher_driver.ReplicaFetcherManager(
-            broker_id=2, manager=follower, data=server.DataPlane(follower),
+            broker_id=2, manager=follower, data=data_plane.DataPlane(follower),
             endpoint=lambda _b: f"127.0.0.1:{port}", broker_epoch=lambda: 2,
             config=fetcher_driver.FetcherConfig(fetch_wait_max_ms=60_000, fetch_backoff_ms=50,
                                                 num_fetchers=2))
@@ -627,7 +849,7 @@ def test_hostile_requests_get_error_codes_and_leave_the_partition_alone(
         try:
             for method in service.methods:
                 if method.client_streaming or method.server_streaming:
-                    continue  # FetchStream: UNIMPLEMENTED
+                    continue  # FetchStream: each request is answered by Fetch's code
                 request_cls = getattr(broker_pb2, method.input_type.name)
                 for _ in range(60):
                     request = proto_fuzz.hostile(request_cls, rng, strings=(TP.topic,),

@@ -11,7 +11,7 @@ import pathlib
 
 import grpc
 
-from kraftlog.broker import fetcher_driver, purgatory, server
+from kraftlog.broker import data_plane, fetcher_driver, purgatory, server
 from kraftlog.broker import reconciler as rc
 from kraftlog.broker import replica_manager as rm
 from kraftlog.broker import replication_quota as rq
@@ -171,7 +171,7 @@ def test_follower_fetcher_leaves_throttled_partitions_out_while_over_quota(
     registered = harness.registered_brokers(1, 2)
 
     async def scenario() -> tuple[int, int, int, int]:
-        leader_data, follower_data = server.DataPlane(leader), server.DataPlane(follower)
+        leader_data, follower_data = data_plane.DataPlane(leader), data_plane.DataPlane(follower)
         quota.record(1_000_000, follower_data.now_ms())
         servicer = server.BrokerServicer(leader_data, broker_id=1, cluster_id="c", image=lambda: registered,
                                          controller_id=lambda: 3, listener_name="PLAINTEXT")

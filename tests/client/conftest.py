@@ -7,11 +7,16 @@ a Kafka broker does: the next sequence of the producer id, else the original
 offset for one of its last 5 batches, else OUT_OF_ORDER_SEQUENCE_NUMBER, or
 UNKNOWN_PRODUCER_ID for an unknown producer not starting at 0), Fetch (from the stored
 batches, OFFSET_OUT_OF_RANGE outside [log start, end]), ListOffsets. Requests are
-recorded so tests can check batching and retries.
+recorded so tests can check batching and retries. ProduceStream handles each request on
+a thread of its own as unary Produce does (so answers may come out of order), or answers
+UNIMPLEMENTED (``stream_produce`` False), or breaks the stream after a number of
+requests, written but unanswered (``break_stream_after``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import struct
 import threading
 import time
@@ -63,6 +68,13 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         self.produce_running = 0
         self.produce_most = 0
         """The most Produce requests handled at once."""
+        self.stream_produce = True
+        """Serve ProduceStream; False: UNIMPLEMENTED (a broker from before it)."""
+        self.break_stream_after: int | None = None
+        """Break the next ProduceStream (UNAVAILABLE) once it handled this many requests,
+        the last of them written but unanswered."""
+        self.produce_streams = 0
+        self.stream_requests = 0
 
     def InitProducerId(self, request: Any, context: Any) -> Any:
         if self.init_producer_id_unimplemented:  # a broker from before idempotent produce
@@ -126,6 +138,42 @@ class FakeBroker(broker_pb2_grpc.BrokerServiceServicer):
         finally:
             with self.lock:
                 self.produce_running -= 1
+
+    def ProduceStream(self, request_iterator: Any, context: Any) -> Any:
+        if not self.stream_produce:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        with self.lock:
+            self.produce_streams += 1
+            break_after, self.break_stream_after = self.break_stream_after, None
+        answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        handled = [0]
+
+        def handle(request: Any) -> None:
+            answer = self.Produce(request, context)
+            answer.correlation_id = request.correlation_id
+            with self.lock:
+                handled[0] += 1
+                broken = break_after is not None and handled[0] >= break_after
+            answers.put("break" if broken else answer)
+
+        def read() -> None:
+            handlers = []
+            with contextlib.suppress(grpc.RpcError):  # the client cancelled the stream
+                for request in request_iterator:
+                    with self.lock:
+                        self.stream_requests += 1
+                    handler = threading.Thread(target=handle, args=(request,), daemon=True)
+                    handler.start()
+                    handlers.append(handler)
+            for handler in handlers:
+                handler.join()
+            answers.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        while (answer := answers.get()) is not None:
+            if answer == "break":
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the fake broker broke the stream")
+            yield answer
 
     def _produce(self, request: Any, context: Any) -> Any:
         # Scripts are taken in arrival order; a delayed request is handled after later ones.

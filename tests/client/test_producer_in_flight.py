@@ -106,6 +106,39 @@ def test_requests_handled_in_any_order_are_written_in_order(fake_broker: Any) ->
     assert fake_broker.next_producer_id == 4001
 
 
+def test_requests_are_pipelined_on_one_produce_stream(fake_broker: Any) -> None:
+    # Five requests in flight per partition, all on one stream with correlation ids.
+    fake_broker.produce_delays[("t", 0)] = [0.02] * 50
+    with producer_for(fake_broker) as producer:
+        futures = send_all(producer, 50)
+    assert_written_once_in_order(fake_broker, futures, 50)
+    assert fake_broker.produce_streams == 1
+    assert fake_broker.stream_requests == len(fake_broker.produce_requests) >= 10
+    assert fake_broker.produce_most > 1
+
+
+def test_a_broker_without_produce_stream_gets_unary_produce(fake_broker: Any) -> None:
+    fake_broker.stream_produce = False
+    with producer_for(fake_broker) as producer:
+        futures = send_all(producer, 20)
+    assert_written_once_in_order(fake_broker, futures, 20)
+    assert fake_broker.stream_requests == 0 and len(fake_broker.produce_requests) >= 4
+
+
+def test_a_broken_stream_resends_its_batches_with_their_identity(fake_broker: Any) -> None:
+    # The stream breaks after its third request was written but not answered: every
+    # request on it is resent on a new stream with the same producer id and sequences,
+    # and the written one is answered as a duplicate with its original offset.
+    fake_broker.produce_delays[("t", 0)] = [0.05, 0.05, 0.05]
+    fake_broker.break_stream_after = 3
+    with producer_for(fake_broker) as producer:
+        futures = send_all(producer, 30)
+    assert_written_once_in_order(fake_broker, futures, 30)
+    assert fake_broker.produce_streams == 2
+    assert fake_broker.duplicates >= 1
+    assert fake_broker.next_producer_id == 4001  # no new identity
+
+
 def test_a_lost_answer_is_resent_and_answered_with_the_original_offset(fake_broker: Any) -> None:
     # Batch 1 is written but its answer is lost (REQUEST_TIMED_OUT after the append); the
     # next 4 batches are written meanwhile (a full window of 5), and the retry of batch 1

@@ -2,9 +2,10 @@
 
 One topic, 2 partitions, replication factor 3, min.insync.replicas=2. The producer
 sends small batches with ``max.in.flight.requests.per.connection=5`` (acks=all,
-idempotent); the answers of a few Produce requests are dropped on the client side
-after the broker wrote them (a lost answer), so their batches are resent while
-later ones were written. Checked: partitions really had several requests in flight;
+idempotent) on its ProduceStreams; the answers of a few Produce requests are dropped
+on the client side after the broker wrote them (a lost answer: the stream breaks, and
+with it the answers of every request still unanswered on it), so their batches are
+resent while later ones were written. Checked: partitions really had several requests in flight;
 every record is read back exactly once, each partition in send order at the offsets
 its future reported; and the producer kept its producer id (no sequence error was
 taken for a lost producer state). Every wait is bounded; all children are killed.
@@ -63,9 +64,38 @@ class _LostAnswer(grpc.RpcError, grpc.Future):  # type: ignore[misc]
         return None
 
 
+class _StreamLost(grpc.RpcError):  # type: ignore[misc]
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+
+class _LossyStream:
+    """A ProduceStream call whose connection drops when the answer of a request numbered in
+    ``drop`` arrives: that answer and every later one are lost."""
+
+    def __init__(self, call: Any, numbers: dict[int, int], drop: set[int]) -> None:
+        self._call = call
+        self._numbers = numbers
+        self._drop = drop
+
+    def __iter__(self) -> _LossyStream:
+        return self
+
+    def __next__(self) -> Any:
+        response = next(self._call)
+        if self._numbers.get(response.correlation_id) in self._drop:
+            self._call.cancel()
+            raise _StreamLost()
+        return response
+
+    def cancel(self) -> bool:
+        return bool(self._call.cancel())
+
+
 class _DroppingStub:
-    """Wraps a BrokerServiceStub: the answers of the Produce calls numbered in ``drop``
-    are lost; records the most requests any partition had unanswered at once."""
+    """Wraps a BrokerServiceStub: the answers of the Produce requests numbered in ``drop``
+    (unary calls or requests on a ProduceStream) are lost; records the most requests any
+    partition had unanswered at once."""
 
     def __init__(self, stub: Any, shared: dict[str, Any]) -> None:
         self._stub = stub
@@ -80,6 +110,7 @@ class _DroppingStub:
                 return stub.Produce(*args, **kwargs)
 
         self.Produce = _Produce()
+        self.ProduceStream = outer._stream
 
     def _produce(self, request: Any, timeout: float | None) -> Any:
         shared = self._shared
@@ -88,6 +119,19 @@ class _DroppingStub:
             number = shared["calls"]
         call = self._stub.Produce.future(request, timeout=timeout)
         return _LostAnswer(call) if number in shared["drop"] else call
+
+    def _stream(self, request_iterator: Any, **kwargs: Any) -> Any:
+        shared = self._shared
+        numbers: dict[int, int] = {}
+
+        def counted() -> Any:
+            for request in request_iterator:
+                with shared["lock"]:
+                    shared["calls"] += 1
+                    numbers[request.correlation_id] = shared["calls"]
+                yield request
+
+        return _LossyStream(self._stub.ProduceStream(counted(), **kwargs), numbers, shared["drop"])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stub, name)
@@ -112,6 +156,8 @@ def test_pipelined_idempotent_produce_survives_lost_answers_in_order(
             real_stub = producer._channels.stub
             monkeypatch.setattr(producer._channels, "stub",
                                 lambda address: _DroppingStub(real_stub(address), shared))
+            for stream in list(producer._streams.values()):
+                stream.close()  # the warm-up's: the next requests open streams that lose answers
             real_send = producer._send_request
 
             def send_request(address: str, partitions: Any) -> None:

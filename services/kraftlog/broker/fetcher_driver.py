@@ -10,7 +10,10 @@ partition from its pure :class:`~kraftlog.broker.follower.FollowerFetchState`
 BrokerService, and hand each partition's answer back to its state (append,
 truncate on a diverging epoch, reset, back off). After OFFSET_OUT_OF_RANGE it asks
 the leader's log end with ListOffsets. A transport error backs the whole fetcher
-off ``replica.fetch.backoff.ms``.
+off ``replica.fetch.backoff.ms``. Each Fetch is a request on one long-lived
+``FetchStream`` to the leader (a call per round cost more CPU than the replication
+itself at Kafka's 16 KiB batches); a leader answering it UNIMPLEMENTED gets unary
+Fetch.
 
 KIP-73 follower throttle (:mod:`kraftlog.broker.replication_quota`): while the
 broker's follower quota is exceeded, a throttled partition that is not caught up
@@ -39,7 +42,7 @@ from typing import Any
 import grpc
 
 from kraftlog import rpc
-from kraftlog.broker import fetch_session, server
+from kraftlog.broker import data_plane, fetch_session, server
 from kraftlog.broker import follower as follower_mod
 from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import reconciler as rc
@@ -103,7 +106,7 @@ class ReplicaFetcher:
     """Fetches the partitions this broker follows from broker ``source_id``."""
 
     def __init__(self, *, broker_id: int, source_id: int, endpoint: Callable[[int], str | None],
-                 broker_epoch: Callable[[], int], data: server.DataPlane, fetcher_id: int = 0,
+                 broker_epoch: Callable[[], int], data: data_plane.DataPlane, fetcher_id: int = 0,
                  config: FetcherConfig, quota: rq.ReplicationQuota | None = None,
                  on_storage_error: Callable[[TopicPartition, OSError], None] | None = None,
                  ) -> None:
@@ -122,6 +125,12 @@ class ReplicaFetcher:
         self._channel: Any = None
         self._channel_target = ""
         self._stub_of_channel: broker_pb2_grpc.BrokerServiceStub | None = None
+        self._stream: Any = None
+        """The open FetchStream call to the source, None until the next Fetch opens one."""
+        self._stream_stub: broker_pb2_grpc.BrokerServiceStub | None = None
+        self.stream_unsupported = False
+        """The source answered FetchStream with UNIMPLEMENTED (an older broker): unary Fetch
+        until the channel changes."""
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self.session = fetch_session.FetchSessionBuilder()
@@ -182,9 +191,15 @@ class ReplicaFetcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        self._drop_stream()
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
 
     async def _stub(self) -> broker_pb2_grpc.BrokerServiceStub | None:
         target = self._endpoint(self.source_id)
@@ -197,6 +212,8 @@ class ReplicaFetcher:
                 retry_backoff_ms=self.config.fetch_backoff_ms))
             self._channel_target = target
             self._stub_of_channel = None
+            self._stream = None
+            self.stream_unsupported = False
         if self._stub_of_channel is None:
             # One stub per channel: building one per Fetch cost ~4% of a broker's loop.
             self._stub_of_channel = broker_pb2_grpc.BrokerServiceStub(self._channel)
@@ -338,15 +355,68 @@ class ReplicaFetcher:
                 log_start_offset=request.log_start_offset,
                 partition_max_bytes=request.partition_max_bytes))
         config = self.config
-        self._call = stub.Fetch(broker_pb2.FetchRequest(
+        fetch = broker_pb2.FetchRequest(
             replica_id=self.broker_id, replica_epoch=self._broker_epoch(),
             max_wait_ms=config.fetch_wait_max_ms, min_bytes=config.fetch_min_bytes,
             max_bytes=config.fetch_response_max_bytes, topics=list(topics.values()),
             session_id=session.session_id, session_epoch=session.epoch,
-            forgotten_topics_data=list(forgotten.values())),
-            timeout=(config.fetch_wait_max_ms + config.request_timeout_ms) / 1000)
+            forgotten_topics_data=list(forgotten.values()))
+        timeout_s = (config.fetch_wait_max_ms + config.request_timeout_ms) / 1000
+        if not self.stream_unsupported:
+            try:
+                return await self._fetch_on_stream(stub, fetch, timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                # An older leader: nothing was read, so the same request goes unary.
+                logger.info("%s event=fetch_stream_unsupported fallback=unary", self._where())
+                self.stream_unsupported = True
+        self._call = stub.Fetch(fetch, timeout=timeout_s)
         response: broker_pb2.FetchResponse = await self._call
         return response
+
+    async def _fetch_on_stream(self, stub: broker_pb2_grpc.BrokerServiceStub,
+                               request: broker_pb2.FetchRequest,
+                               timeout_s: float) -> broker_pb2.FetchResponse:
+        """One Fetch as a request on the long-lived FetchStream (opened on first use): the
+        leader answers each request in order, so the answer read next is this request's.
+
+        ``self._call`` is the stream while the answer is awaited, so a ``_kick`` cuts a
+        parked fetch short as it does a unary one; any failure (a kick, a timeout, a
+        transport error) drops the stream, and the next Fetch opens a new one.
+        """
+        if self._stream is None or self._stream_stub is not stub:
+            self._drop_stream()
+            self._stream = stub.FetchStream()
+            self._stream_stub = stub
+        stream = self._stream
+        self._call = stream
+        try:
+            try:
+                await stream.write(request)
+            except asyncio.InvalidStateError:
+                # The call ended (e.g. the leader's graceful stop) with a status grpc did
+                # not raise: a transport failure like any other.
+                raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                           grpc.aio.Metadata(), "the FetchStream is closed"
+                                           ) from None
+            try:
+                async with asyncio.timeout(timeout_s):
+                    response = await stream.read()
+            except TimeoutError:
+                raise grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(),
+                                           grpc.aio.Metadata(), "no FetchStream answer in time"
+                                           ) from None
+        except BaseException:
+            if self._stream is stream:
+                self._drop_stream()
+            raise
+        if response is grpc.aio.EOF:
+            self._drop_stream()
+            raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(),
+                                       grpc.aio.Metadata(), "the leader ended the FetchStream")
+        answer: broker_pb2.FetchResponse = response
+        return answer
 
     async def _apply(self, stub: broker_pb2_grpc.BrokerServiceStub, asked: Mapping[
                          tuple[str, int], tuple[TopicPartition, tuple[
@@ -412,7 +482,7 @@ class ReplicaFetcherManager:
     """``num.replica.fetchers`` :class:`ReplicaFetcher` per leader broker, keyed
     (leader id, fetcher id); applies the reconciler's fetch changes."""
 
-    def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, data: server.DataPlane,
+    def __init__(self, *, broker_id: int, manager: rm.ReplicaManager, data: data_plane.DataPlane,
                  endpoint: Callable[[int], str | None], broker_epoch: Callable[[], int],
                  config: FetcherConfig, quota: rq.ReplicationQuota | None = None) -> None:
         if config.num_fetchers < 1:

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kraftlog import config as kconfig
+from kraftlog.broker import data_plane
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
 from kraftlog.broker import replica_manager as rm
-from kraftlog.broker import server
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import ConfigError, KraftlogError
 from kraftlog.ids import TopicPartition
@@ -178,7 +178,7 @@ def _slices(data: bytes, size: int) -> Iterator[memoryview]:
 class GroupCoordinatorDriver:
     """Committed offsets of the groups this broker coordinates. See the module docstring."""
 
-    def __init__(self, *, broker_id: int, data: server.DataPlane,
+    def __init__(self, *, broker_id: int, data: data_plane.DataPlane,
                  image: Callable[[], im.MetadataImage], listener_name: str,
                  config: gc.GroupCoordinatorConfig, create_topics: CreateTopics | None = None,
                  now_ms: Callable[[], int] = wall_ms) -> None:

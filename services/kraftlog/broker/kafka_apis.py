@@ -3,7 +3,7 @@
 Owns :class:`KafkaApis`, which answers each request the Kafka listener
 (:mod:`kraftlog.broker.kafka_server`) decoded, at the version it came in, through the same
 objects the gRPC BrokerService uses (one data plane, two front doors): Produce and Fetch go
-to :class:`~kraftlog.broker.server.DataPlane` (the ReplicaManager's partitions, their
+to :class:`~kraftlog.broker.data_plane.DataPlane` (the ReplicaManager's partitions, their
 validation, purgatories and replication), FindCoordinator / OffsetCommit / OffsetFetch to
 the group coordinator driver, InitProducerId to the producer id allocator, Metadata and
 ListOffsets read the metadata image and the partitions.
@@ -65,7 +65,7 @@ from kraftlog.protocol.generated import (
 
 if TYPE_CHECKING:
     from kraftlog.broker import group_coordinator_driver as gcd
-    from kraftlog.broker import server
+    from kraftlog.broker import data_plane
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def _tp(topic: str | None, partition: int) -> TopicPartition | None:
 class KafkaApis:
     """Answers decoded Kafka requests. See the module docstring."""
 
-    def __init__(self, data: server.DataPlane, *, broker_id: int, cluster_id: str,
+    def __init__(self, data: data_plane.DataPlane, *, broker_id: int, cluster_id: str,
                  image: Callable[[], im.MetadataImage],
                  ready: Callable[[], bool] = lambda: True,
                  producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None,

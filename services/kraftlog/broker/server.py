@@ -1,11 +1,8 @@
-"""BrokerService over gRPC, and the asyncio owner of the broker's ReplicaManager.
+"""BrokerService over gRPC: the gRPC front door onto the broker's data plane.
 
-Owns :class:`DataPlane` — the one place the event loop touches the pure
-:class:`~kraftlog.broker.replica_manager.ReplicaManager`: produce and fetch calls,
-the futures of requests waiting in its purgatories (answered from
-``take_completed`` after every call), and the poll task that expires them and
-shrinks ISRs — and :class:`BrokerServicer`, which converts protobuf to the
-manager's values and back: Produce (acks 0 / 1 / -1), Fetch (consumers and
+Owns :class:`BrokerServicer`, which converts protobuf to the values of the
+:class:`~kraftlog.broker.data_plane.DataPlane` (the asyncio owner of the
+ReplicaManager) and back: Produce (acks 0 / 1 / -1), Fetch (consumers and
 followers, long-poll), ListOffsets, Metadata (from the metadata image) and DescribeLogDirs (size, log end,
 high watermark, leader epoch and replica state per replica), with
 an error per partition. Consumer fetches answer BROKER_NOT_AVAILABLE until the broker
@@ -21,10 +18,9 @@ FindCoordinator, OffsetCommit and OffsetFetch go to the injected ``groups``
 coordinator's hint (the leader of the group's ``__consumer_offsets`` partition).
 InitProducerId hands an idempotent producer a new producer id with epoch 0
 (KIP-98, non-transactional path) from the injected ``producer_ids`` allocator.
-Not served yet: FetchStream (gRPC UNIMPLEMENTED).
+FetchStream answers a stream of Fetch requests in order on one call (see its method).
 
-Callers: :mod:`kraftlog.server.broker_server` (wiring), the replica fetchers (through
-:meth:`DataPlane.dispatch` after follower appends). Edge module: asyncio, grpc,
+Callers: :mod:`kraftlog.server.broker_server` (wiring). Edge module: asyncio, grpc,
 protobuf and the clock; no replication rule lives here.
 """
 
@@ -35,14 +31,11 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 from kraftlog import rpc, rpc_guard
-from kraftlog.broker import delete_records as dr
-from kraftlog.broker import fetch_session, purgatory
+from kraftlog.broker import data_plane, fetch_session, purgatory
 from kraftlog.broker import group_coordinator as gc
 from kraftlog.broker import group_offsets as go
 from kraftlog.broker import partition as partition_mod
@@ -60,17 +53,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-POLL_INTERVAL_MS = 50
 INIT_PRODUCER_ID_MAX_WAIT_S = 5.0
 """How long InitProducerId may wait for a producer id block before COORDINATOR_LOAD_IN_PROGRESS."""
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-"""Upper bound between two purgatory / ISR-expiry polls."""
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 INTERNAL_TOPICS = frozenset({go.GROUP_METADATA_TOPIC_NAME})
 """Topics only the broker itself writes (Produce answers INVALID_TOPIC_EXCEPTION)."""
+PRODUCE_STREAM_MAX_IN_FLIGHT = 64
+"""Requests one ProduceStream may have read and not yet answered; past it the broker stops
+reading, and HTTP/2 flow control holds the client back (a client sends at most
+``max.in.flight.requests.per.connection`` per partition, so this bounds only a hostile or
+very wide one)."""
 
 
 _REPLICA_STATES = {
@@ -86,8 +82,6 @@ _REPLICA_STATES = {
 }
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def error_proto(code: ErrorCode, message: str = "") -> common_pb2.Error:
@@ -98,171 +92,21 @@ def error_proto(code: ErrorCode, message: str = "") -> common_pb2.Error:
     return common_pb2.Error(code=int(code), message=message)  # type: ignore[arg-type]
 
 
-class DataPlane:
-    """The ReplicaManager on the event loop. See the module docstring."""
-
-    def __init__(self, manager: rm.ReplicaManager, *, now_ms: Callable[[], int] = wall_ms,
-                 on_alter_partition: Callable[[], None] | None = None) -> None:
-        self.manager = manager
-        self._now_ms = now_ms
-        self._on_alter_partition = on_alter_partition
-        self._produces: dict[int, asyncio.Future[dict[TopicPartition,
-                                                      purgatory.ProducePartitionResponse]]] = {}
-        self._fetches: dict[int, asyncio.Future[dict[TopicPartition,
-                                                     rm.FetchPartitionResponse]]] = {}
-        self._delete_records: dict[int, asyncio.Future[dict[TopicPartition,
-                                                            dr.DeleteRecordsPartitionResponse]]] = {}
-        self.on_log_start_offsets_moved: Callable[[], Awaitable[None]] | None = None
-        """Awaited after DeleteRecords moved a log start offset, before the answer: the
-        process writes ``log-start-offset-checkpoint`` there."""
-        self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self.poll_at_ms = 0
-        """When the poll loop wakes next by itself; a request that parks wakes it earlier only
-        if its deadline comes sooner (waking it for every parked request cost a loop turn and
-        a poll of every partition)."""
-
-    def now_ms(self) -> int:
-        return self._now_ms()
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._poll_loop(),
-                                                            name="broker-data-plane-poll")
-
-    async def wait(self) -> None:
-        """Until the poll task ends; re-raises its failure (an invariant violation)."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        for produce in self._produces.values():
-            produce.cancel()
-        for fetch in self._fetches.values():
-            fetch.cancel()
-        for waiting in self._delete_records.values():
-            waiting.cancel()
-        self._produces.clear()
-        self._fetches.clear()
-        self._delete_records.clear()
-
-    def dispatch(self) -> None:
-        """Answer what became answerable, and tell the AlterPartition sender when it has work
-        (waking it after every request cost a task switch and a scan of every partition)."""
-        done = self.manager.take_completed()
-        for produce in done.produces:
-            future = self._produces.pop(produce.op_id, None)
-            if future is not None and not future.done():
-                future.set_result(produce.responses)
-        for fetch in done.fetches:
-            fetch_future = self._fetches.pop(fetch.op_id, None)
-            if fetch_future is not None and not fetch_future.done():
-                fetch_future.set_result(fetch.responses)
-        for deleted in done.delete_records:
-            delete_future = self._delete_records.pop(deleted.op_id, None)
-            if delete_future is not None and not delete_future.done():
-                delete_future.set_result(deleted.responses)
-        if self._on_alter_partition is not None and self.manager.alter_partition_requests_ready:
-            self._on_alter_partition()
-
-    async def produce(self, entries: Mapping[TopicPartition, bytes], *, acks: int,
-                      timeout_ms: int) -> dict[TopicPartition, purgatory.ProducePartitionResponse]:
-        outcome = self.manager.append_records(entries, required_acks=acks, timeout_ms=timeout_ms,
-                                              now_ms=self._now_ms())
-        if outcome.delayed_op_id is None:
-            self.dispatch()
-            return outcome.responses
-        future: asyncio.Future[dict[TopicPartition, purgatory.ProducePartitionResponse]] = (
-            asyncio.get_running_loop().create_future())
-        self._produces[outcome.delayed_op_id] = future
-        self.dispatch()
-        self._wake_poll_if_sooner()
-        return await future
-
-    async def fetch(self, params: purgatory.FetchParams,
-                    partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest]
-                    ) -> dict[TopicPartition, rm.FetchPartitionResponse]:
-        outcome = self.manager.fetch_messages(params, partitions, now_ms=self._now_ms())
-        if outcome.responses is not None:
-            self.dispatch()
-            return outcome.responses
-        assert outcome.delayed_op_id is not None
-        future: asyncio.Future[dict[TopicPartition, rm.FetchPartitionResponse]] = (
-            asyncio.get_running_loop().create_future())
-        self._fetches[outcome.delayed_op_id] = future
-        self.dispatch()
-        self._wake_poll_if_sooner()
-        return await future
-
-    async def delete_records(self, offsets: Mapping[TopicPartition, int], *, timeout_ms: int
-                             ) -> dict[TopicPartition, dr.DeleteRecordsPartitionResponse]:
-        """DeleteRecords on the partitions led here; answered once the replicas followed."""
-        outcome = self.manager.delete_records(offsets, timeout_ms=timeout_ms, now_ms=self._now_ms())
-        future: asyncio.Future[dict[TopicPartition, dr.DeleteRecordsPartitionResponse]] | None = None
-        if outcome.delayed_op_id is not None:
-            future = asyncio.get_running_loop().create_future()
-            self._delete_records[outcome.delayed_op_id] = future
-        self.dispatch()
-        moved = any(r.error is ErrorCode.NONE for r in outcome.responses.values())
-        if moved and self.on_log_start_offsets_moved is not None:
-            await self.on_log_start_offsets_moved()
-        if future is None:
-            return outcome.responses
-        self._wake_poll_if_sooner()
-        return await future
-
-    async def fetch_in_session(self, params: purgatory.FetchParams,
-                               partitions: Mapping[TopicPartition, purgatory.FetchPartitionRequest],
-                               session: fetch_session.SessionRequest
-                               ) -> tuple[dict[TopicPartition, rm.FetchPartitionResponse], int, ErrorCode, str]:
-        """A follower's fetch with a session (KIP-227): (answers, session id, error, message)."""
-        outcome = self.manager.fetch_messages(params, partitions, now_ms=self._now_ms(), session=session)
-        if outcome.responses is not None:
-            self.dispatch()
-            return outcome.responses, outcome.session_id, outcome.error, outcome.error_message
-        assert outcome.delayed_op_id is not None
-        future: asyncio.Future[dict[TopicPartition, rm.FetchPartitionResponse]] = (
-            asyncio.get_running_loop().create_future())
-        self._fetches[outcome.delayed_op_id] = future
-        self.dispatch()
-        self._wake_poll_if_sooner()
-        return await future, outcome.session_id, ErrorCode.NONE, ""
-
-    def _wake_poll_if_sooner(self) -> None:
-        deadline = self.manager.next_deadline_ms()
-        if deadline is not None and deadline < self.poll_at_ms:
-            self._wakeup.set()
-
-    async def _poll_loop(self) -> None:
-        while True:
-            now_ms = self._now_ms()
-            self.manager.poll(now_ms)
-            self.dispatch()
-            deadline = self.manager.next_deadline_ms()
-            wait_ms = POLL_INTERVAL_MS if deadline is None else max(
-                0, min(POLL_INTERVAL_MS, deadline - now_ms))
-            self.poll_at_ms = now_ms + wait_ms
-            self._wakeup.clear()
-            try:
-                async with asyncio.timeout(wait_ms / 1000):
-                    await self._wakeup.wait()
-            except TimeoutError:
-                pass
-
-
 class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     """BrokerService: protobuf in, the DataPlane, protobuf out."""
 
-    def __init__(self, data: DataPlane, *, broker_id: int, cluster_id: str,
+    def __init__(self, data: data_plane.DataPlane, *, broker_id: int, cluster_id: str,
                  image: Callable[[], im.MetadataImage], controller_id: Callable[[], int],
                  listener_name: str, log_dirs: Sequence[str] = (),
                  ready: Callable[[], bool] = lambda: True,
                  producer_ids: Callable[[float], Awaitable[tuple[ErrorCode, int, str]]] | None = None,
                  groups: gcd.GroupCoordinatorDriver | None = None,
-                 broker_identity: principal.NodePrincipal | None = None) -> None:
+                 broker_identity: principal.NodePrincipal | None = None,
+                 observe_request: Callable[[str, float, bool], None] | None = None) -> None:
         self.data = data
+        self._observe_request = observe_request
+        """(method, seconds, ok) per request read on a FetchStream / ProduceStream: the
+        request metrics the server interceptor keeps for unary Fetch and Produce calls."""
         self.groups = groups
         # With mTLS: the principal broker N must present to fetch as replica N.
         self._broker_identity = broker_identity
@@ -317,6 +161,83 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
     # -- Produce --------------------------------------------------------------------------------
 
     async def Produce(self, request: broker_pb2.ProduceRequest, context: Any) -> Any:
+        return await self._answer_produce(request)
+
+    async def ProduceStream(self, request_iterator: Any,
+                            context: Any) -> AsyncIterator[broker_pb2.ProduceResponse]:
+        """Produce pipelined on one stream: each request read is appended at once, in the
+        order read (each starts its append before the next is read), and answered with its
+        correlation id when it is done, so an acks=-1 request waiting for replication holds
+        back neither the appends nor the answers behind it.
+
+        Why: a unary call costs both ends several times the CPU of a message on an open
+        stream (call set-up, metadata, a server task), which at Kafka's 16 KiB batches was
+        most of a produce's cost. Flow control: at most :data:`PRODUCE_STREAM_MAX_IN_FLIGHT`
+        requests read and not yet answered on the wire; then the broker reads no more until
+        an answer is written.
+        A request's outcome is exactly what unary Produce answers; when the stream breaks,
+        a client cannot tell which requests were appended (the same as a lost unary
+        answer), so it must keep their batches' identity (idempotence) when it resends.
+        """
+        answers: asyncio.Queue[broker_pb2.ProduceResponse | BaseException | None] = asyncio.Queue()
+        room = asyncio.Semaphore(PRODUCE_STREAM_MAX_IN_FLIGHT)
+        pending: set[asyncio.Task[None]] = set()
+
+        observe = self._observe_request
+
+        async def answer(request: broker_pb2.ProduceRequest) -> None:
+            started = time.perf_counter()
+            try:
+                response = await self._answer_produce(request)
+                response.correlation_id = request.correlation_id
+                answers.put_nowait(response)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # handed to the stream: rpc_guard answers INTERNAL
+                answers.put_nowait(exc)
+                if observe is not None:
+                    observe("Produce", time.perf_counter() - started, False)
+                return
+            if observe is not None:
+                observe("Produce", time.perf_counter() - started, True)
+
+        async def read() -> None:
+            try:
+                requests = request_iterator.__aiter__()
+                while True:
+                    await room.acquire()
+                    try:
+                        request = await requests.__anext__()
+                    except StopAsyncIteration:
+                        break
+                    task = asyncio.create_task(answer(request))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    await asyncio.sleep(0)  # let the append start before the next read
+                while pending:
+                    await asyncio.wait(list(pending))
+                answers.put_nowait(None)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                answers.put_nowait(exc)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await answers.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                # Room frees once the answer is written, so a client that reads no answers
+                # stops the reading of its requests, not just their appends.
+                room.release()
+        finally:
+            reader.cancel()
+            for task in list(pending):
+                task.cancel()
+
+    async def _answer_produce(self, request: broker_pb2.ProduceRequest) -> broker_pb2.ProduceResponse:
+        """One Produce, unary or one request of a ProduceStream: the same checks and answer."""
         entries: dict[TopicPartition, bytes] = {}
         invalid: dict[tuple[str, int], str] = {}
         internal: set[tuple[str, int]] = set()
@@ -390,6 +311,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
         return None
 
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> Any:
+        return await self._answer_fetch(request)
+
+    async def _answer_fetch(self, request: broker_pb2.FetchRequest) -> broker_pb2.FetchResponse:
+        """One Fetch, unary or one request of a FetchStream: the same checks and answer (a
+        replica's identity and broker epoch first, per request)."""
         if request.replica_id >= 0:
             refusal = self._replica_refusal(request.replica_id, request.replica_epoch)
             if refusal is not None:
@@ -749,16 +675,34 @@ class BrokerServicer(broker_pb2_grpc.BrokerServiceServicer):
             broker_pb2.DeleteRecordsResponse.DeleteRecordsTopicResult(name=name, partitions=parts)
             for name, parts in by_topic.items()], error=error_proto(ErrorCode.NONE))
 
-    # -- not served yet: FetchStream -------------------------------------------------------------
-
-    async def _unimplemented(self, rpc: str, context: Any) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            f"{rpc} is not served by this broker version yet")
+    # -- FetchStream ------------------------------------------------------------------------------
 
     async def FetchStream(self, request_iterator: Any,
                           context: Any) -> AsyncIterator[broker_pb2.FetchResponse]:
-        await self._unimplemented("FetchStream", context)
-        yield broker_pb2.FetchResponse()  # not reached: abort raises
+        """Fetch on one long-lived stream: each request is answered, in order, exactly as a
+        unary Fetch would be (long-poll, session, every check), on the same stream.
+
+        Why a stream and not pushed data: the leader learns a follower's position only from
+        the fetch offsets the follower sends (ISR, high watermark), so a follower sends one
+        message per append either way; what a unary call adds is its own cost (~250 µs of
+        server CPU for a call's set-up and teardown in Python gRPC, against tens of µs for a
+        message on an open stream). Flow control: the broker reads the next request only
+        after it wrote the previous answer, so one stream holds at most one parked fetch and
+        one answer (``max_bytes``) of this broker's memory; a client that writes ahead is
+        held back by HTTP/2's window. Acknowledgement: the fetch offsets of the next request,
+        as with unary Fetch; nothing streamed counts as replicated until it is asked past.
+        """
+        observe = self._observe_request
+        async for request in request_iterator:
+            started = time.perf_counter()
+            ok = False
+            try:
+                answer = await self._answer_fetch(request)
+                ok = True
+            finally:
+                if observe is not None:
+                    observe("Fetch", time.perf_counter() - started, ok)
+            yield answer
 
     # -- group offsets (FindCoordinator, OffsetCommit, OffsetFetch) ----------------------------
 

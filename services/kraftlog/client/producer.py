@@ -20,8 +20,12 @@ producer needs) resolving to a :class:`RecordMetadata`, or raising a
 (:class:`kraftlog.storage.record_batch.RecordsBuilder`). One background *sender* thread
 drains ready batches (``batch.size`` reached, ``linger.ms`` passed, or a flush), seals
 each as a Kafka RecordBatch v2 (header and CRC, with ``compression.type``), and sends
-one Produce RPC per leader broker carrying every ready partition it leads, without
-waiting for other brokers (gRPC futures). A partition may have up to
+one Produce request per leader broker carrying every ready partition it leads, without
+waiting for other brokers: a request on the broker's ProduceStream
+(:mod:`.produce_stream`; many in flight, answered by correlation id), or a unary
+Produce call (gRPC futures) to a broker that answered ProduceStream UNIMPLEMENTED. A
+request whose stream ends unanswered is a lost answer like a unary call's transport
+failure. A partition may have up to
 ``max.in.flight.requests.per.connection`` requests unanswered, counted from its
 oldest unanswered one (a window: an answered request after an unanswered one still
 counts, and a batch waiting for its retry keeps its place). Retriable errors
@@ -80,6 +84,7 @@ from kraftlog.client import accumulator as acc
 from kraftlog.client import errors as client_errors
 from kraftlog.client import metadata_client as md
 from kraftlog.client import partitioner
+from kraftlog.client import produce_stream as ps
 from kraftlog.client.config import Acks, ProducerConfig
 from kraftlog.error_codes import ErrorCode
 from kraftlog.errors import KraftlogError
@@ -313,6 +318,11 @@ class Producer:
         self._producer_epoch = bh.NO_PRODUCER_EPOCH
         self._next_sequence: dict[TopicPartition, int] = {}
         self._idempotent = config.idempotent
+        self._streams: dict[str, ps.ProduceStream] = {}
+        """One ProduceStream per broker address, reopened after it ends."""
+        self._unary_only: set[str] = set()
+        """Brokers that answered ProduceStream UNIMPLEMENTED: unary Produce to them."""
+        self._streams_lock = threading.Lock()
         self._sender.start()
 
     # -- public API ---------------------------------------------------------------------------
@@ -452,6 +462,11 @@ class Producer:
         self._fail(leftovers, client_errors.ClientClosedError(
             "the producer was closed before the record was acknowledged"))
         self._release(leftovers)
+        with self._streams_lock:
+            streams = list(self._streams.values())
+            self._streams.clear()
+        for stream in streams:
+            stream.close()
         self._channels.close()
 
     def __enter__(self) -> Producer:
@@ -476,6 +491,11 @@ class Producer:
 
     def _run_once(self) -> bool:
         """One sender round: expire, pick ready partitions, send. False when closed and idle."""
+        with self._streams_lock:
+            streams = list(self._streams.values())
+        now_s = time.monotonic()
+        for stream in streams:
+            stream.expire(now_s)
         with self._lock:
             now = _now_ms()
             expired = self._accumulator.expired(now, self.config.delivery_timeout_ms)
@@ -704,36 +724,86 @@ class Producer:
         for entry in partitions.values():
             for batch in entry.batches:
                 batch.attempts += 1
+        self._send_built(address, request, partitions)
+
+    def _send_built(self, address: str, request: broker_pb2.ProduceRequest,
+                    partitions: dict[TopicPartition, _InFlight]) -> None:
+        """Send a built request: on the broker's ProduceStream (opened if it has none),
+        else unary."""
+        timeout_s = self.config.request_timeout_ms / 1000 + _RPC_GRACE_S
         try:
-            call = self._channels.stub(address).Produce.future(
-                request, timeout=self.config.request_timeout_ms / 1000 + _RPC_GRACE_S)
+            stream = self._stream(address)
+            if stream is not None and stream.send(
+                    request, deadline=time.monotonic() + timeout_s,
+                    on_answer=lambda response, status: self._on_stream_answer(
+                        address, request, partitions, response, status)):
+                return
+            call = self._channels.stub(address).Produce.future(request, timeout=timeout_s)
         except client_errors.ClientClosedError as exc:
             for tp, entry in partitions.items():
                 self._finish_partition(tp, entry, error=exc, retriable=False)
             return
-        call.add_done_callback(lambda done: self._on_response(address, partitions, done))
+        call.add_done_callback(lambda done: self._on_unary_answer(address, partitions, done))
 
-    def _on_response(self, address: str, sent: dict[TopicPartition, _InFlight],
-                     call: grpc.Future) -> None:
-        """Runs on a gRPC thread when a Produce RPC ends: complete, retry or fail each
-        partition's batches."""
+    def _stream(self, address: str) -> ps.ProduceStream | None:
+        """The open ProduceStream to ``address``, a new one if its last ended; None for a
+        broker without ProduceStream."""
+        with self._streams_lock:
+            if address in self._unary_only:
+                return None
+            stream = self._streams.get(address)
+            if stream is None or stream.closed:
+                stream = self._streams[address] = ps.ProduceStream(
+                    self._channels.stub(address), address)
+            return stream
+
+    def _on_stream_answer(self, address: str, request: broker_pb2.ProduceRequest,
+                          sent: dict[TopicPartition, _InFlight],
+                          response: broker_pb2.ProduceResponse | None, status: str) -> None:
+        """Runs on the stream's reader thread: an answer, or the stream's end (``status``)."""
+        if response is not None:
+            self._on_response(address, sent, response)
+        elif status == "UNIMPLEMENTED":
+            # A broker from before ProduceStream read nothing: the same request goes unary.
+            with self._streams_lock:
+                if address not in self._unary_only:
+                    logger.info("%s does not serve ProduceStream; producing with unary calls",
+                                address)
+                self._unary_only.add(address)
+            self._send_built(address, request, sent)
+        else:
+            self._on_failure(address, sent, status)
+
+    def _on_unary_answer(self, address: str, sent: dict[TopicPartition, _InFlight],
+                         call: grpc.Future) -> None:
+        """Runs on a gRPC thread when a unary Produce RPC ends."""
         try:
             response: broker_pb2.ProduceResponse = call.result()
         except grpc.RpcError as exc:
-            status = md.rpc_error_text(exc)
-            self.metadata.report_unreachable(address)
-            code = (ErrorCode.REQUEST_TIMED_OUT if status == "DEADLINE_EXCEEDED"
-                    else ErrorCode.NETWORK_EXCEPTION)
-            for tp, entry in sent.items():
-                self._finish_partition(tp, entry, error=client_errors.KafkaApiError(
-                    code, f"Produce to {address} failed: {status}"), retriable=True,
-                    maybe_written=True)
+            self._on_failure(address, sent, md.rpc_error_text(exc))
             return
         except BaseException as exc:  # cancelled on close
             for tp, entry in sent.items():
                 self._finish_partition(tp, entry, error=client_errors.ClientError(str(exc)),
                                        retriable=False)
             return
+        self._on_response(address, sent, response)
+
+    def _on_failure(self, address: str, sent: dict[TopicPartition, _InFlight],
+                    status: str) -> None:
+        """A request without an answer (transport failure, deadline, a closed stream): its
+        batches may be written, so they keep their identity and are retried."""
+        self.metadata.report_unreachable(address)
+        code = (ErrorCode.REQUEST_TIMED_OUT if status == "DEADLINE_EXCEEDED"
+                else ErrorCode.NETWORK_EXCEPTION)
+        for tp, entry in sent.items():
+            self._finish_partition(tp, entry, error=client_errors.KafkaApiError(
+                code, f"Produce to {address} failed: {status}"), retriable=True,
+                maybe_written=True)
+
+    def _on_response(self, address: str, sent: dict[TopicPartition, _InFlight],
+                     response: broker_pb2.ProduceResponse) -> None:
+        """Complete, retry or fail each partition's batches from a Produce answer."""
         answered: set[TopicPartition] = set()
         for topic in response.responses:
             for part in topic.partition_responses:

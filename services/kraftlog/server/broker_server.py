@@ -87,6 +87,7 @@ from kraftlog.admin import admin_service
 from kraftlog.broker import (
     clean_shutdown,
     controller_client,
+    data_plane,
     fetcher_driver,
     kafka_apis,
     kafka_server,
@@ -323,7 +324,7 @@ class _Publisher:
     """MetadataPublisher: reconcile, then move the fetchers; runs in the raft driver's task."""
 
     def __init__(self, reconciler: rc.Reconciler, fetchers: fetcher_driver.ReplicaFetcherManager,
-                 data: server.DataPlane, on_image: Callable[[], None],
+                 data: data_plane.DataPlane, on_image: Callable[[], None],
                  tracer: tracing.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
                  cluster_id: str = "",
                  on_configs: Callable[[Iterable[partition_mod.Partition]], None] | None = None,
@@ -583,7 +584,7 @@ class BrokerServer:
                                                    leader_quota=self.leader_quota)
         self._health_changed = asyncio.Event()
         self._alter_wakeup = asyncio.Event()
-        data = self.data = server.DataPlane(manager, now_ms=wall_ms,
+        data = self.data = data_plane.DataPlane(manager, now_ms=wall_ms,
                                             on_alter_partition=self._alter_wakeup.set)
         partition_config = partition_mod.PartitionConfig(
             replica_lag_time_max_ms=cfg.get_int("replica.lag.time.max.ms"),
@@ -665,6 +666,10 @@ class BrokerServer:
         registry = self.registry = metrics.MetricsRegistry() if metrics_port else None
         self.broker_metrics = bm.BrokerMetrics(registry.registry) if registry is not None else None
         self.producer_id_allocator = controller_client.ProducerIdAllocator(client, lifecycle)
+        # Requests on the streams (FetchStream, ProduceStream) are timed by the servicer: the
+        # interceptors see a stream as one call.
+        observe_request = (self.broker_metrics.observe_request
+                           if self.broker_metrics is not None else None)
         servicer = server.BrokerServicer(data, broker_id=node_id, cluster_id=cluster_id,
                                          image=lambda: loader.image,
                                          controller_id=lambda: loader.leader_id,
@@ -672,7 +677,8 @@ class BrokerServer:
                                          log_dirs=[str(d) for d in log_dirs],
                                          ready=lambda: lifecycle.ready,
                                          producer_ids=self._allocate_producer_id, groups=groups,
-                                         broker_identity=tls.identities(cfg)[0])
+                                         broker_identity=tls.identities(cfg)[0],
+                                         observe_request=observe_request)
         apis = kafka_apis.KafkaApis(data, broker_id=node_id, cluster_id=cluster_id,
                                     image=lambda: loader.image, ready=lambda: lifecycle.ready,
                                     producer_ids=self._allocate_producer_id, groups=groups,
@@ -703,7 +709,7 @@ class BrokerServer:
                 controller_id=lambda: loader.leader_id, listener_name=name,
                 log_dirs=[str(d) for d in log_dirs], ready=lambda: lifecycle.ready,
                 producer_ids=self._allocate_producer_id, groups=groups,
-                broker_identity=tls.identities(cfg)[0]),
+                broker_identity=tls.identities(cfg)[0], observe_request=observe_request),
             admin_service.AdminSettings(bootstrap_controllers=tuple(voters.values()),
                                         voters=voters,
                                         request_timeout_ms=settings.request_timeout_ms),

@@ -162,6 +162,7 @@ class ProduceRequest(_message.Message):
     ACKS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TOPIC_DATA_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
     """0: answer without waiting for the append; 1: after the leader's append;
     -1: after every in-sync replica has it (high watermark past the batch).
@@ -170,6 +171,14 @@ class ProduceRequest(_message.Message):
     timeout_ms: _builtins.int
     """How long an acks=-1 produce may wait for replication, in milliseconds;
     then REQUEST_TIMED_OUT (the data may still be committed).
+    """
+    correlation_id: _builtins.int
+    """ProduceStream only: the client's id for this request, echoed in its answer
+    (Kafka's request header correlation id). The broker appends the requests of
+    one stream in the order it reads them, answers each when it is done (acks=-1
+    answers wait for replication, so answers may overtake one another), and
+    reads ahead at most a bounded number of unanswered requests. Unary Produce
+    ignores it.
     """
     @_builtins.property
     def topic_data(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceRequest.TopicProduceData]:
@@ -181,10 +190,11 @@ class ProduceRequest(_message.Message):
         acks: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
         topic_data: _abc.Iterable[Global___ProduceRequest.TopicProduceData] | None = ...,
+        correlation_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "timeout_ms", b"timeout_ms", "topic_data", b"topic_data"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "correlation_id", b"correlation_id", "timeout_ms", b"timeout_ms", "topic_data", b"topic_data"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -312,6 +322,9 @@ class ProduceResponse(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     RESPONSES_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
+    correlation_id: _builtins.int
+    """ProduceStream: the correlation_id of the request answered; unary: 0."""
     @_builtins.property
     def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProduceResponse.TopicProduceResponse]:
         """Per-topic, per-partition outcomes, one per partition in the request."""
@@ -320,10 +333,11 @@ class ProduceResponse(_message.Message):
         self,
         *,
         responses: _abc.Iterable[Global___ProduceResponse.TopicProduceResponse] | None = ...,
+        correlation_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["correlation_id", b"correlation_id", "responses", b"responses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -336,27 +350,19 @@ class FetchRequest(_message.Message):
     Unary Fetch is a long-poll: the broker answers when min_bytes are available
     or max_wait_ms passes (fetch.min.bytes / fetch.max.wait.ms).
 
-    FetchStream (bidirectional) saves the round trip per poll:
-      * The first request opens the stream and names the partitions and their
-        starting positions, validated as for Fetch.
-      * The broker then sends a FetchResponse whenever any of them has new data
-        or a new high watermark, continuing each partition from the end of the
-        data it last sent (`max_bytes` / `partition_max_bytes` bound each
-        message), and an empty FetchResponse at least every max_wait_ms as a
-        heartbeat.
-      * A later request updates the partitions it names. For a partition being
-        streamed, a fetch_offset between the client's previous fetch_offset and
-        the end of the data sent is a progress report: the broker records it and
-        keeps streaming. Any other fetch_offset, a partition not yet served, or
-        one that was paused restarts that partition at fetch_offset with the
-        usual epoch checks. Partitions a request does not name keep streaming.
-      * A follower sends a progress report after every append, with
-        fetch_offset = its new log end offset. The leader takes a follower's
-        progress (ISR membership, high watermark) only from fetch offsets the
-        follower sent, never from data merely streamed to it, so records in
-        flight are never counted as replicated.
-      * After answering a partition with an error or a diverging_epoch, the
-        broker pauses it on that stream until a request restarts it.
+    FetchStream (bidirectional) saves a call per poll, not the round trip:
+      * Each request on the stream is a whole Fetch (sessions included) and is
+        answered, in order, with exactly what unary Fetch would answer: the same
+        checks, the same long-poll (min_bytes / max_wait_ms), the same errors.
+      * The broker reads the next request only after it wrote the previous
+        answer: one parked fetch and one answer per stream (flow control).
+      * The leader takes a follower's progress (ISR membership, high watermark)
+        only from the fetch offsets of its requests, never from data answered on
+        the stream, so records in flight are never counted as replicated. A
+        follower sends its next request after every append.
+      * A client that cancels the stream (a parked fetch cut short, a timeout)
+        opens a new one; a broker without FetchStream answers UNIMPLEMENTED and
+        the client falls back to unary Fetch.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -41,6 +41,11 @@ class BrokerServiceStub:
                 request_serializer=kraftlog_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=kraftlog_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceStream = channel.stream_stream(
+                '/kraftlog.v1.BrokerService/ProduceStream',
+                request_serializer=kraftlog_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=kraftlog_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/kraftlog.v1.BrokerService/Fetch',
                 request_serializer=kraftlog_dot_v1_dot_broker__pb2.FetchRequest.SerializeToString,
@@ -105,6 +110,15 @@ class BrokerServiceServicer:
 
     def Produce(self, request, context):
         """Append record batches to partition leaders (acks 0 / 1 / -1).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ProduceStream(self, request_iterator, context):
+        """Produce pipelined on one stream per client connection, as Kafka's clients
+        pipeline on one TCP connection: many requests in flight, each answered
+        (possibly out of order) with its correlation_id; see ProduceRequest.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -200,6 +214,11 @@ def add_BrokerServiceServicer_to_server(servicer, server):
                     request_deserializer=kraftlog_dot_v1_dot_broker__pb2.ProduceRequest.FromString,
                     response_serializer=kraftlog_dot_v1_dot_broker__pb2.ProduceResponse.SerializeToString,
             ),
+            'ProduceStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceStream,
+                    request_deserializer=kraftlog_dot_v1_dot_broker__pb2.ProduceRequest.FromString,
+                    response_serializer=kraftlog_dot_v1_dot_broker__pb2.ProduceResponse.SerializeToString,
+            ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
                     request_deserializer=kraftlog_dot_v1_dot_broker__pb2.FetchRequest.FromString,
@@ -283,6 +302,33 @@ class BrokerService:
             request,
             target,
             '/kraftlog.v1.BrokerService/Produce',
+            kraftlog_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
+            kraftlog_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ProduceStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/kraftlog.v1.BrokerService/ProduceStream',
             kraftlog_dot_v1_dot_broker__pb2.ProduceRequest.SerializeToString,
             kraftlog_dot_v1_dot_broker__pb2.ProduceResponse.FromString,
             options,

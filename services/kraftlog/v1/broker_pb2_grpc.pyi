@@ -51,6 +51,11 @@ class BrokerServiceStub:
     def __new__(cls, channel: _aio.Channel) -> BrokerServiceAsyncStub: ...
     Produce: _grpc.UnaryUnaryMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]
     """Append record batches to partition leaders (acks 0 / 1 / -1)."""
+    ProduceStream: _grpc.StreamStreamMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]
+    """Produce pipelined on one stream per client connection, as Kafka's clients
+    pipeline on one TCP connection: many requests in flight, each answered
+    (possibly out of order) with its correlation_id; see ProduceRequest.
+    """
     Fetch: _grpc.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
     """Read record batches: consumers (replica_id -1) and follower replicas."""
     FetchStream: _grpc.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]
@@ -92,6 +97,11 @@ class BrokerServiceAsyncStub(BrokerServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Produce: _aio.UnaryUnaryMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]  # type: ignore[assignment]
     """Append record batches to partition leaders (acks 0 / 1 / -1)."""
+    ProduceStream: _aio.StreamStreamMultiCallable[_broker_pb2.ProduceRequest, _broker_pb2.ProduceResponse]  # type: ignore[assignment]
+    """Produce pipelined on one stream per client connection, as Kafka's clients
+    pipeline on one TCP connection: many requests in flight, each answered
+    (possibly out of order) with its correlation_id; see ProduceRequest.
+    """
     Fetch: _aio.UnaryUnaryMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
     """Read record batches: consumers (replica_id -1) and follower replicas."""
     FetchStream: _aio.StreamStreamMultiCallable[_broker_pb2.FetchRequest, _broker_pb2.FetchResponse]  # type: ignore[assignment]
@@ -136,6 +146,17 @@ class BrokerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_broker_pb2.ProduceResponse, _abc.Awaitable[_broker_pb2.ProduceResponse]]:
         """Append record batches to partition leaders (acks 0 / 1 / -1)."""
+
+    @_abc_1.abstractmethod
+    def ProduceStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_broker_pb2.ProduceRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_broker_pb2.ProduceResponse], _abc.AsyncIterator[_broker_pb2.ProduceResponse]]:
+        """Produce pipelined on one stream per client connection, as Kafka's clients
+        pipeline on one TCP connection: many requests in flight, each answered
+        (possibly out of order) with its correlation_id; see ProduceRequest.
+        """
 
     @_abc_1.abstractmethod
     def Fetch(
