@@ -62,6 +62,7 @@ from kraftlog.raft import messages as m
 from kraftlog.raft.quorum_state_store import QuorumStateStore
 from kraftlog.raft.raft_config import RaftConfig
 from kraftlog.raft.raft_log import PendingFlush, RaftLog
+from kraftlog.storage import uuid
 
 logger = logging.getLogger(__name__)
 
@@ -241,7 +242,9 @@ class RaftDriver:
                  on_status: Callable[[Status], None] | None = None,
                  resign_wait_ms: int = DEFAULT_RESIGN_WAIT_MS,
                  observer: RaftObserver | None = None,
-                 channel_interceptors: Sequence[Any] = ()) -> None:
+                 channel_interceptors: Sequence[Any] = (),
+                 directory_id: uuid.Uuid = m.NO_DIRECTORY, local_endpoint: str = "",
+                 bootstrap_servers: Sequence[str] = (), auto_join: bool = False) -> None:
         self.node_id = node_id
         self._observer = observer
         self.clock: Clock = clock or SystemClock()
@@ -264,18 +267,28 @@ class RaftDriver:
         self._flush_in_flight: PendingFlush | None = None
         self._last_role: es.Role | None = None
         # Raises CorruptFileError here for an unreadable quorum-state: before any I/O starts.
+        # controller.quorum.bootstrap.servers get ids -2, -3, ... as in Kafka: an observer
+        # asks them who leads until it knows the voters.
+        self._bootstrap = {-2 - i: address for i, address in enumerate(bootstrap_servers)}
         self.client = consensus.RaftClient(
             node_id=node_id, voters=voters, cluster_id=cluster_id, config=config, log=log,
             store=store, rng=rng or random.Random(), listener=listener, sink=self._sink,
-            now_ms=self.clock.monotonic_ms(), on_event=self._on_event)
+            now_ms=self.clock.monotonic_ms(), on_event=self._on_event,
+            directory_id=directory_id, local_endpoint=local_endpoint,
+            bootstrap_servers=sorted(self._bootstrap, reverse=True), auto_join=auto_join)
         self.client.defer_leader_flush = True
         self.client.wall_clock_offset_ms = self.clock.wall_ms() - self.clock.monotonic_ms()
         self._last_role = self.client.role
         self.status = self._current_status()
         self.peers = transport.RaftPeers(
-            {v: e for v, e in voters.items() if v != node_id}, self,
+            self._resolve_endpoint, self,
             request_timeout_ms=config.request_timeout_ms,
             retry_backoff_ms=config.retry_backoff_ms, interceptors=channel_interceptors)
+
+    def _resolve_endpoint(self, destination: int) -> str:
+        if destination == self.node_id:
+            return ""
+        return self._bootstrap.get(destination) or self.client.endpoint_of(destination)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
