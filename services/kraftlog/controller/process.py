@@ -241,6 +241,12 @@ class ControllerHost:
         # Spans for elections, ISR changes, fencing and reassignments (None: tracing off).
         self.record_tracer = controller_tracing.observer(node_id, cluster_id=cluster_id)
 
+    def endpoint_of(self, node: int) -> str:
+        """A controller's ``host:port``: the raft voter set's (KIP-853), else the static one."""
+        if self.raft is not None:
+            return self.raft.client.endpoint_of(node) or self.voters.get(node, "")
+        return self.voters.get(node, "")
+
     def _new_state(self) -> ControllerState:
         return ControllerState(self.config)
 
@@ -252,7 +258,7 @@ class ControllerHost:
         self.controller = driver.QuorumController(
             node_id=self.node_id, state_factory=self._new_state, raft=_RaftProxy(self),
             encode=self.records.encode, decode=self.records.decode_at,
-            endpoint_of=lambda node: self.voters.get(node, ""),
+            endpoint_of=self.endpoint_of,
             on_activate=self._on_activate, observer=self.record_tracer)
         return self.controller.raft_listener(also=[_CountingLoader(self.loader, self._books)])
 
@@ -261,7 +267,7 @@ class ControllerHost:
         self.raft = raft
         assert self.controller is not None
         servicer = server.ControllerServicer(self.controller, cluster_id=self.cluster_id,
-                                             endpoint_of=lambda node: self.voters.get(node, ""))
+                                             endpoint_of=self.endpoint_of)
         server.add_to_server(servicer, grpc_server)
 
     def start(self) -> None:

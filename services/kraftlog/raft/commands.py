@@ -50,7 +50,7 @@ from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.raft_config import RaftConfig, parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
-from kraftlog.storage import log_dir_lock, meta_properties
+from kraftlog.storage import log_dir_lock, meta_properties, uuid
 from kraftlog.telemetry import controller_metrics, grpc_tracing, metrics, raft_tracing, tracing
 from kraftlog.telemetry import logging as log_setup
 
@@ -73,8 +73,16 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="process.roles", type=_L, default=None, required=True,
                       doc="must contain 'controller' ('broker,controller': combined mode, kraftlog server)",
                       validator=kconfig.one_of("controller", "broker")),
-    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
-                      doc="the static voter set, id@host:port,..."),
+    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default="",
+                      doc="the static voter set, id@host:port,... (kraft.version 0); leave "
+                          "empty for a dynamic quorum (KIP-853, voters in the log)"),
+    kconfig.ConfigKey(name="controller.quorum.bootstrap.servers", type=_L, default=None,
+                      doc="host:port,... of controllers to ask who leads, for a dynamic quorum "
+                          "(KIP-853) when this node knows no voter yet"),
+    kconfig.ConfigKey(name="controller.quorum.auto.join.enable", type=kconfig.ConfigType.BOOLEAN,
+                      default=False,
+                      doc="an observer controller adds itself to the voters once caught up "
+                          "(KIP-853), first removing its own id on another directory"),
     kconfig.ConfigKey(name="listeners", type=_L, default=None, required=True,
                       doc="NAME://host:port,...; the controller serves on its "
                           "controller.listener.names listener"),
@@ -152,6 +160,19 @@ def controller_listener(cfg: kconfig.Config) -> str:
                              f"(controller.listener.names={','.join(names)})")
 
 
+def advertised_endpoint(cfg: kconfig.Config, listen: str) -> str:
+    """Where other controllers reach this one (KIP-853 voter endpoint): the controller
+    listener's entry in ``advertised.listeners``, else the listen address unless it is a
+    wildcard."""
+    names = cfg.get_list("controller.listener.names") or ["CONTROLLER"]
+    for entry in cfg.get_list("advertised.listeners") or []:
+        name, sep, address = entry.partition("://")
+        if sep and name == names[0]:
+            return address
+    host = listen.rpartition(":")[0]
+    return "" if host in ("0.0.0.0", "::", "[::]") else listen
+
+
 def metadata_dir(cfg: kconfig.Config) -> pathlib.Path:
     explicit = cfg.get_str("metadata.log.dir")
     if explicit:
@@ -196,14 +217,23 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
     if "controller" not in cfg.get_list("process.roles"):
         raise errors.ConfigError("process.roles must contain 'controller' for "
                                  "'kraftlog controller'")
-    voters = parse_voters(cfg.get_str("controller.quorum.voters"))
-    if node_id not in voters:
+    voters_text = cfg.get_str("controller.quorum.voters")
+    voters = parse_voters(voters_text) if voters_text.strip() else {}
+    bootstrap = cfg.get_list("controller.quorum.bootstrap.servers") or []
+    if not voters and not bootstrap:
+        raise errors.ConfigError("set controller.quorum.voters (static voters) or "
+                                 "controller.quorum.bootstrap.servers (dynamic voters, KIP-853)")
+    if voters and node_id not in voters:
         raise errors.ConfigError(f"node.id {node_id} is not in controller.quorum.voters "
-                                 f"{sorted(voters)}; observers are not supported here yet")
+                                 f"{sorted(voters)}; for a dynamic quorum leave it empty and "
+                                 "set controller.quorum.bootstrap.servers")
     settings = raft_config(cfg)
     listen = controller_listener(cfg)
     directory = metadata_dir(cfg)
     cluster_id = check_storage(directory, node_id)
+    props = meta_properties.read(directory)
+    directory_id = props.directory_id if props is not None and props.directory_id is not None \
+        else uuid.ZERO_UUID
     partition_dir = directory / METADATA_PARTITION_DIR
     store = qss.FileQuorumStateStore(partition_dir / qss.QUORUM_STATE_FILE_NAME,
                                      cluster_id=cluster_id)
@@ -224,7 +254,12 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
             host = controller_process.ControllerHost(cfg, node_id=node_id,
                                                      cluster_id=cluster_id, voters=voters,
                                                      metadata_dir=directory)
+            dynamic = driver.DynamicQuorum(
+                directory_id=directory_id, local_endpoint=advertised_endpoint(cfg, listen),
+                bootstrap_servers=tuple(bootstrap),
+                auto_join=cfg.get_bool("controller.quorum.auto.join.enable"))
             return await _run(node_id, voters, cluster_id, settings, listen, log, store,
+                              dynamic=dynamic,
                               host=host, tracer=tracer, registry=registry,
                               metrics_port=cfg.get_int("kraftlog.metrics.port"),
                               metrics_host=cfg.get_str("kraftlog.metrics.host"),
@@ -239,6 +274,7 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
 
 async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: RaftConfig,
                listen: str, log: StorageRaftLog, store: qss.FileQuorumStateStore, *,
+               dynamic: driver.DynamicQuorum | None = None,
                host: controller_process.ControllerHost,
                tracer: tracing.Tracing, registry: metrics.MetricsRegistry, metrics_port: int,
                metrics_host: str, shared: shared_driver.SharedRaft | None = None,
@@ -282,7 +318,7 @@ async def _run(node_id: int, voters: dict[int, str], cluster_id: str, settings: 
                              listener=listener, on_status=status_q.put_nowait,
                              observer=raft_tracer, channel_interceptors=(
                                  grpc_tracing.client_interceptors(tracer.tracer)
-                                 if tracer.enabled else ()))
+                                 if tracer.enabled else ()), dynamic=dynamic)
     raft_metrics.set_status(role=raft.status.role.value, epoch=raft.status.epoch,
                             leader_id=raft.status.leader_id)
     host.bind(raft, server)

@@ -92,6 +92,20 @@ class SystemClock:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DynamicQuorum:
+    """This node's KIP-853 identity and settings (defaults: a static-voters node)."""
+
+    directory_id: uuid.Uuid = m.NO_DIRECTORY
+    """``directory.id`` of the metadata log dir (meta.properties): the voter key's second half."""
+    local_endpoint: str = ""
+    """``host:port`` other controllers reach this node at (its advertised controller listener)."""
+    bootstrap_servers: tuple[str, ...] = ()
+    """``controller.quorum.bootstrap.servers``."""
+    auto_join: bool = False
+    """``controller.quorum.auto.join.enable``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Status:
     """What the node knows, published after every poll that changed it."""
 
@@ -243,8 +257,8 @@ class RaftDriver:
                  resign_wait_ms: int = DEFAULT_RESIGN_WAIT_MS,
                  observer: RaftObserver | None = None,
                  channel_interceptors: Sequence[Any] = (),
-                 directory_id: uuid.Uuid = m.NO_DIRECTORY, local_endpoint: str = "",
-                 bootstrap_servers: Sequence[str] = (), auto_join: bool = False) -> None:
+                 dynamic: DynamicQuorum | None = None) -> None:
+        dynamic = dynamic or DynamicQuorum()
         self.node_id = node_id
         self._observer = observer
         self.clock: Clock = clock or SystemClock()
@@ -269,13 +283,15 @@ class RaftDriver:
         # Raises CorruptFileError here for an unreadable quorum-state: before any I/O starts.
         # controller.quorum.bootstrap.servers get ids -2, -3, ... as in Kafka: an observer
         # asks them who leads until it knows the voters.
-        self._bootstrap = {-2 - i: address for i, address in enumerate(bootstrap_servers)}
+        self._bootstrap = {-2 - i: address
+                           for i, address in enumerate(dynamic.bootstrap_servers)}
         self.client = consensus.RaftClient(
             node_id=node_id, voters=voters, cluster_id=cluster_id, config=config, log=log,
             store=store, rng=rng or random.Random(), listener=listener, sink=self._sink,
             now_ms=self.clock.monotonic_ms(), on_event=self._on_event,
-            directory_id=directory_id, local_endpoint=local_endpoint,
-            bootstrap_servers=sorted(self._bootstrap, reverse=True), auto_join=auto_join)
+            directory_id=dynamic.directory_id, local_endpoint=dynamic.local_endpoint,
+            bootstrap_servers=sorted(self._bootstrap, reverse=True),
+            auto_join=dynamic.auto_join)
         self.client.defer_leader_flush = True
         self.client.wall_clock_offset_ms = self.clock.wall_ms() - self.clock.monotonic_ms()
         self._last_role = self.client.role
