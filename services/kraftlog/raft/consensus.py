@@ -324,10 +324,14 @@ class RaftClient:
     def _apply_voter_set(self, now_ms: int, why: str) -> None:
         """The latest voter set changed (appended, fetched, truncated away, snapshot)."""
         if self.quorum.static_voters:
-            self._warn_refused("voters_record_static", now_ms,
-                               "ignored a VotersRecord: this node runs static voters %s",
-                               sorted(self.quorum.voters))
-            return
+            if self.quorum.is_voter:
+                self._warn_refused("voters_record_static", now_ms,
+                                   "ignored a VotersRecord: this node runs static voters %s",
+                                   sorted(self.quorum.voters))
+                return
+            # An observer (a broker) configured with controller.quorum.voters in a dynamic
+            # quorum: the log's voter set wins, so it follows leaders the static list lacks.
+            self.quorum.static_voters = False
         voter_set = self.history.latest()
         self.quorum.set_voters(voter_set.ids(),
                                local_is_voter=voter_set.is_voter(self.node_id, self.directory_id))
