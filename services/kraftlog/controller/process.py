@@ -213,6 +213,9 @@ class _RaftProxy:
     def leader_and_epoch(self) -> tuple[int, int]:
         return self._raft().leader_and_epoch()
 
+    def leader_next_offset(self, epoch: int) -> int | None:
+        return self._raft().leader_next_offset(epoch)
+
 
 class ControllerHost:
     """Everything a quorum member runs besides raft itself."""

@@ -409,6 +409,14 @@ class RaftDriver:
         self._wake_owner()
         return offset
 
+    def leader_next_offset(self, epoch: int) -> int | None:
+        """The offset this node appends next as leader of ``epoch``; None if it is not. Safe
+        from any task on the loop (reads only; no task holds the core across an await)."""
+        state = self.client.quorum.state
+        if not isinstance(state, es.LeaderState) or state.epoch != epoch:
+            return None
+        return state.next_offset
+
     async def propose(self, records: Sequence[bytes]) -> int:
         """Queue records on the leader; returns the last one's offset (NotLeaderError if not)."""
         values = [bytes(r) for r in records]
