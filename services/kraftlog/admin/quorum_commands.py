@@ -370,17 +370,22 @@ class VoterChangeRefusedError(errors.KraftlogError):
     """The leader refused a voter change; the message names Kafka's error code."""
 
 
-_VOTER_CHANGE_RETRIABLE = {common_pb2.NOT_LEADER_OR_FOLLOWER}
+_VOTER_CHANGE_RETRIABLE = {common_pb2.NOT_LEADER_OR_FOLLOWER, common_pb2.REQUEST_TIMED_OUT}
+_ALREADY_DONE = {common_pb2.DUPLICATE_VOTER, common_pb2.VOTER_NOT_FOUND}
 
 
 async def change_voters(targets: Sequence[str], request: convert.ProtoVoterChangeRequest, *,
-                        timeout_ms: int) -> str:
+                        timeout_ms: int) -> bool:
     """Send ``request`` to the quorum leader (following NOT_LEADER_OR_FOLLOWER hints across
-    ``targets`` until ``timeout_ms``); the leader's endpoint on success."""
+    ``targets``, retrying REQUEST_TIMED_OUT: a change in progress, a voter still catching
+    up) until ``timeout_ms``. True: done; False: a retry found it already done
+    (DUPLICATE_VOTER / VOTER_NOT_FOUND after an attempt whose answer was lost or that timed
+    out; the caller checks the voter set)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_ms / 1000
     queue = list(targets)
     last = "no controller answered"
+    retried = False
     while True:
         for target in list(queue):
             remaining = deadline - loop.time()
@@ -394,11 +399,17 @@ async def change_voters(targets: Sequence[str], request: convert.ProtoVoterChang
                     answer = await method(request, timeout=remaining)
                 except grpc.aio.AioRpcError as exc:
                     last = f"{target}: {exc.code().name}"
+                    # The leader may have applied it and the answer been lost.
+                    retried = retried or exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED
                     continue
             code = answer.error.code
             if code == common_pb2.NONE:
-                return target
+                return True
             name = common_pb2.ErrorCode.Name(code)
+            if retried and code in _ALREADY_DONE:
+                return False
+            # A timed-out change may still commit; NOT_LEADER_OR_FOLLOWER applied nothing.
+            retried = retried or code == common_pb2.REQUEST_TIMED_OUT
             if code not in _VOTER_CHANGE_RETRIABLE:
                 raise VoterChangeRefusedError(
                     f"{name}: {answer.error.message or 'refused'} (from {target})")
@@ -448,10 +459,25 @@ def run_add_controller(args: argparse.Namespace) -> int:
         ack_when_committed=True)
     cluster = _cluster_id_of(args.config, args.override or ())
     request.cluster_id = cluster
-    asyncio.run(change_voters(targets, request, timeout_ms=args.timeout_ms))
+    if not asyncio.run(change_voters(targets, request, timeout_ms=args.timeout_ms)):
+        _check_voter(targets, node_id, directory_id, present=True, timeout_ms=args.timeout_ms)
     print(f"Added controller {node_id} with directory id {directory_id} and endpoint "
           f"CONTROLLER://{endpoint}")
     return 0
+
+
+def _check_voter(targets: Sequence[str], node_id: int, directory_id: uuid.Uuid, *,
+                 present: bool, timeout_ms: int) -> None:
+    """After a retry was answered "already done": make sure that is so for this very voter
+    (id and directory), not another controller with the same id."""
+    answer = asyncio.run(describe(targets, timeout_ms=timeout_ms)).answer
+    found = any(v.replica_id == node_id
+                and convert.uuid_from_proto(v.replica_directory_id) == directory_id
+                for v in answer.current_voters)
+    if found != present:
+        raise VoterChangeRefusedError(
+            f"{'DUPLICATE_VOTER' if present else 'VOTER_NOT_FOUND'}: node {node_id} "
+            f"{'votes with another directory' if present else 'is not a voter'}")
 
 
 def _cluster_id_of(config_path: str, overrides: Sequence[str]) -> str:
@@ -476,8 +502,10 @@ def run_remove_controller(args: argparse.Namespace) -> int:
     request = raft_pb2.RemoveRaftVoterRequest(
         cluster_id=description.cluster_id, voter_id=args.controller_id,
         voter_directory_id=convert.uuid_to_proto(directory_id))
-    asyncio.run(change_voters([description.leader_endpoint, *targets], request,
-                              timeout_ms=args.timeout_ms))
+    if not asyncio.run(change_voters([description.leader_endpoint, *targets], request,
+                                     timeout_ms=args.timeout_ms)):
+        _check_voter(targets, args.controller_id, directory_id, present=False,
+                     timeout_ms=args.timeout_ms)
     print(f"Removed controller {args.controller_id} with directory id {directory_id}")
     return 0
 

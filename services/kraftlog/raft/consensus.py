@@ -459,7 +459,11 @@ class RaftClient:
         raise InvariantViolation(f"node {self.node_id}: unknown state {state.describe()}")
 
     def poll_leader(self, state: es.LeaderState, now_ms: int) -> int:
-        if len(self.quorum.voters) > 1 and not state.check_quorum(
+        if len(self.quorum.voters) <= 1:
+            # Alone there is no majority to lose; the window starts afresh once a voter is
+            # added (KIP-853), rather than having expired long ago.
+            state.check_quorum_deadline_ms = now_ms + self.config.check_quorum_timeout_ms
+        elif not state.check_quorum(
                 now_ms, check_quorum_timeout_ms=self.config.check_quorum_timeout_ms):
             self._resign(state, [], now_ms, why="check-quorum: no majority fetched within "
                          f"{self.config.check_quorum_timeout_ms} ms")
