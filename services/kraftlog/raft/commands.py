@@ -11,6 +11,13 @@ serves RaftService and the gRPC health service on the ``CONTROLLER`` listener
 and runs the :class:`~.driver.RaftDriver` until SIGTERM/SIGINT, on which a
 leader resigns gracefully (KIP-595) before the process exits 0.
 
+A dynamic quorum (KIP-853: a metadata dir formatted with ``--standalone``,
+``--initial-controllers`` or ``--no-initial-controllers``) leaves
+``controller.quorum.voters`` empty and sets ``controller.quorum.bootstrap.servers``; the
+voter set then comes from the log, this node's voter key is its ``node.id`` and the
+``directory.id`` of its metadata dir, and ``controller.quorum.auto.join.enable`` makes it
+add itself once caught up.
+
 Health (``grpc.health.v1``, service "" and ``kraftlog.v1.RaftService``) is
 SERVING while the node knows a leader (itself included), NOT_SERVING otherwise.
 Each role change is one log line from the driver
