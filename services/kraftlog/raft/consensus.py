@@ -1469,6 +1469,10 @@ class RaftClient:
                               now_ms: int) -> int:
         """Append the whole new voter set (one control record); returns its offset. The new
         majority counts at once (KIP-853), before the record commits."""
+        current = self.history.latest()
+        if not current.has_overlapping_majority(voters):
+            raise InvariantViolation(f"node {self.node_id}: voter change {current.describe()} "
+                                     f"-> {voters.describe()} is more than one voter")
         if state.accumulated:
             self._drain_accumulator(state, now_ms)  # keep the offsets promised to proposals
         timestamp_ms = now_ms + self.wall_clock_offset_ms
