@@ -1258,7 +1258,9 @@ class RaftClient:
                                    self.node_id, self.epoch, source, exc)
                     self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
                     return
-                if self.history.scan(response.records, min_offset=self.history.next_offset):
+                # A static voter ignores VotersRecords anyway: no header walk on its hot path.
+                if not (self.quorum.static_voters and self.quorum.is_voter) and \
+                        self.history.scan(response.records, min_offset=self.history.next_offset):
                     self._apply_voter_set(now_ms, f"fetched from {source}")
                 # A voter flushes before its next Fetch reports the new end offset: the
                 # leader counts it towards the HW. An observer's offset never counts, so it
