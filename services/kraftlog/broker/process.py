@@ -137,8 +137,9 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="process.roles", type=_L, default=None, required=True,
                       doc="must contain 'broker' ('broker,controller': combined mode, kraftlog server)",
                       validator=kconfig.one_of("controller", "broker")),
-    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
-                      doc="the controller voter set, id@host:port,..."),
+    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default="",
+                      doc="the controller voter set, id@host:port,...; with a dynamic quorum "
+                          "(KIP-853) leave empty and set controller.quorum.bootstrap.servers"),
     kconfig.ConfigKey(name="listeners", type=_L, default=None, required=True,
                       doc="NAME://host:port,...; the first is served and registered"),
     kconfig.ConfigKey(name="advertised.listeners", type=_L, default=None,
@@ -668,7 +669,11 @@ async def _serve(cfg: kconfig.Config, *, shared: shared_driver.SharedRaft | None
     node_id = cfg.get_int("node.id")
     if "broker" not in cfg.get_list("process.roles"):
         raise errors.ConfigError("process.roles must contain 'broker' for 'kraftlog broker'")
-    voters = parse_voters(cfg.get_str("controller.quorum.voters"))
+    voters_text = cfg.get_str("controller.quorum.voters")
+    voters = parse_voters(voters_text) if voters_text.strip() else {}
+    if not voters and not cfg.get_list("controller.quorum.bootstrap.servers"):
+        raise errors.ConfigError("set controller.quorum.voters or (dynamic quorum, KIP-853) "
+                                 "controller.quorum.bootstrap.servers")
     if node_id in voters and shared is None:
         raise errors.ConfigError(f"node.id {node_id} is a controller voter; a broker must use "
                                  "an id outside controller.quorum.voters (or run both roles "
@@ -752,8 +757,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     reconciler = rc.Reconciler(broker_id=node_id, manager=manager, store=logs)
 
     settings = raft_commands.raft_config(cfg)
+    controllers = controller_client.KnownControllers(voters)
     client = controller_client.ControllerClient(
-        voters, raft_leader=lambda: loader.leader_id,
+        controllers, raft_leader=lambda: loader.leader_id,
         request_timeout_ms=settings.request_timeout_ms)
     lifecycle = controller_client.BrokerLifecycle(
         client, broker_id=node_id, cluster_id=cluster_id, incarnation_id=random_uuid(),
@@ -799,13 +805,17 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                                  config=settings, log=raft_log, store=store, listener=loader,
                                  channel_interceptors=(
                                      grpc_tracing.client_interceptors(tracer.tracer)
-                                     if tracer.enabled else ()))
+                                     if tracer.enabled else ()),
+                                 dynamic=driver.DynamicQuorum(bootstrap_servers=tuple(
+                                     cfg.get_list("controller.quorum.bootstrap.servers") or ())))
     else:
         shared.register_listener(loader)
         published = await shared.wait_published()
         if published is None:
             return 0  # the process stops before the controller started raft
         raft = published
+    raft_client = raft.client
+    controllers.bind(lambda: raft_client.voter_set.endpoints())
 
     # Combined mode: the controller's endpoint serves the process; no second one.
     metrics_port = cfg.get_int("kraftlog.metrics.port") if shared is None else 0
@@ -827,7 +837,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
         tracer.tracer if tracer.enabled else None,
         broker_metrics.observe_request if broker_metrics is not None else None))
     admin_locator = admin_service.serve_on(grpc_server, admin_service.AdminSettings(
-        bootstrap_controllers=tuple(voters.values()), voters=voters,
+        bootstrap_controllers=tuple(dict.fromkeys(
+            [*voters.values(), *(cfg.get_list("controller.quorum.bootstrap.servers") or ())])),
+        voters=controllers,
         request_timeout_ms=settings.request_timeout_ms), interceptors=(
             grpc_tracing.client_interceptors(tracer.tracer) if tracer.enabled else ()))
     health = health_server.ServerHealth(grpc_server, service=BROKER_SERVICE_NAME,
