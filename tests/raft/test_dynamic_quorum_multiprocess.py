@@ -6,8 +6,9 @@ One controller formatted ``--standalone`` leads alone; of two formatted
 (``controller.quorum.auto.join.enable``); ``kraftlog quorum
 describe`` shows kraft.version 1 and the directory ids; then the leader is removed with
 ``kraftlog quorum remove-controller``, resigns once that commits, and the two others elect
-a leader among themselves and keep committing. Every wait is bounded; every child is
-killed in a ``finally``.
+a leader among themselves and keep committing. A broker that knows the controllers only
+through ``controller.quorum.bootstrap.servers`` follows the new leader and stays unfenced.
+Every wait is bounded; every child is killed in a ``finally``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import subprocess
 import sys
 import time
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kraftlog import cli
 from kraftlog.raft import convert
@@ -26,6 +29,7 @@ from kraftlog.storage import meta_properties
 from kraftlog.v1 import raft_pb2
 from tests.quorum_cluster import (
     CLUSTER_ID,
+    SESSION,
     TIMEOUTS,
     format_in_process,
     free_ports,
@@ -33,12 +37,13 @@ from tests.quorum_cluster import (
 )
 
 NODES = (1, 2, 3)
+BROKER = 9
 
 
 class DynamicCluster:
     def __init__(self, root: pathlib.Path) -> None:
         self.root = root
-        self.ports = dict(zip(NODES, free_ports(len(NODES)), strict=True))
+        self.ports = dict(zip((*NODES, BROKER), free_ports(len(NODES) + 1), strict=True))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         bootstrap = ",".join(f"127.0.0.1:{p}" for p in self.ports.values())
         for node in NODES:
@@ -54,6 +59,18 @@ class DynamicCluster:
                      f"controller.quorum.auto.join.enable={'true' if node == 3 else 'false'}"]
             lines += [f"{k}={v}" for k, v in TIMEOUTS.items()]
             self.config(node).write_text("\n".join(lines) + "\n")
+        # A broker that knows the controllers only as bootstrap servers.
+        done = format_in_process("storage", "format", "--cluster-id", CLUSTER_ID, "--node-id",
+                                 str(BROKER), "--data-dir", str(self.data_dir(BROKER)))
+        assert done.returncode == 0
+        lines = [f"node.id={BROKER}", "process.roles=broker",
+                 f"controller.quorum.bootstrap.servers={bootstrap}",
+                 f"listeners=PLAINTEXT://{self.address(BROKER)}",
+                 f"log.dirs={self.data_dir(BROKER)}",
+                 *(f"{k}={v}" for k, v in {**TIMEOUTS, **SESSION}.items()
+                   if k != "controller.quorum.election.timeout.ms"
+                   and k != "controller.quorum.election.backoff.max.ms")]
+        self.config(BROKER).write_text("\n".join(lines) + "\n")
 
     def address(self, node: int) -> str:
         return f"127.0.0.1:{self.ports[node]}"
@@ -70,10 +87,21 @@ class DynamicCluster:
         return str(props.directory_id)
 
     def start(self, node: int) -> None:
+        role = "broker" if node == BROKER else "controller"
         with (self.root / f"node-{node}.log").open("ab") as log:
             self.procs[node] = subprocess.Popen(
-                [sys.executable, "-m", "kraftlog", "controller", "--config",
+                [sys.executable, "-m", "kraftlog", role, "--config",
                  str(self.config(node))], stdout=log, stderr=log, start_new_session=True)
+
+    def broker_serving(self) -> bool | None:
+        try:
+            with grpc.insecure_channel(self.address(BROKER)) as channel:
+                answer = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service="kraftlog.v1.BrokerService"),
+                    timeout=1.0)
+        except grpc.RpcError:
+            return None
+        return True if answer.status == health_pb2.HealthCheckResponse.SERVING else None
 
     def kill_all(self) -> None:
         for proc in self.procs.values():
@@ -88,7 +116,7 @@ class DynamicCluster:
 
         from kraftlog.raft import transport
         views = []
-        for node in self.procs:
+        for node in [n for n in self.procs if n != BROKER]:
             try:
                 views.append(asyncio.run(transport.describe_quorum(self.address(node),
                                                                    timeout_s=1.0)))
@@ -108,7 +136,7 @@ class DynamicCluster:
 
     def logs(self) -> str:
         return "\n".join(f"--- node {n}\n" + (self.root / f"node-{n}.log").read_text()[-4000:]
-                         for n in NODES if (self.root / f"node-{n}.log").exists())
+                         for n in (*NODES, BROKER) if (self.root / f"node-{n}.log").exists())
 
 
 def _kraftlog(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -124,7 +152,7 @@ def test_grow_a_standalone_quorum_to_three_live_and_remove_the_leader(
     cluster = DynamicCluster(tmp_path)
     started = time.monotonic()
     try:
-        for node in NODES:  # 2 and 3 start as observers; 3 will add itself
+        for node in (*NODES, BROKER):  # 2 and 3 start as observers; 3 will add itself
             cluster.start(node)
         first = wait_for(lambda: cluster.voters_committed({1}) or cluster.voters_committed({1, 3}),
                          timeout_s=15, what="node 1 leading", details=cluster.logs)
@@ -157,7 +185,8 @@ def test_grow_a_standalone_quorum_to_three_live_and_remove_the_leader(
         assert fields["kraftVersion"] == 1 and fields["currentVoters"] == [1, 2, 3]
         code, out, err = _kraftlog(capsys, "quorum", "describe", "--bootstrap-controller",
                                    cluster.address(2), "--replication", "--output", "json")
-        directories = {r["nodeId"]: r["directoryId"] for r in json.loads(out)["replicas"]}
+        directories = {r["nodeId"]: r["directoryId"] for r in json.loads(out)["replicas"]
+                       if r["status"] != "Observer"}  # the broker is one
         assert directories == {n: cluster.directory_id(n) for n in NODES}
 
         # Remove the leader: it commits the change under the new majority, then resigns.
@@ -180,7 +209,15 @@ def test_grow_a_standalone_quorum_to_three_live_and_remove_the_leader(
         # The removed controller still runs, as an observer of the new quorum.
         wait_for(removed_observes, timeout_s=10, details=cluster.logs,
                  what="the removed controller fetching as an observer")
-        marks.append(("leader removed", time.monotonic() - started))
+        # The broker (bootstrap servers only) fetches metadata from the new leader and
+        # heartbeats to it: still registered and unfenced a session timeout later.
+        wait_for(lambda: any(o.replica_id == BROKER for o in (cluster.leader_view() or after)
+                             .observers) or None, timeout_s=10, details=cluster.logs,
+                 what="the broker fetching from the new leader")
+        time.sleep(SESSION["broker.session.timeout.ms"] / 1000)
+        wait_for(cluster.broker_serving, timeout_s=10, details=cluster.logs,
+                 what="the broker serving (unfenced) under the new leader")
+        marks.append(("leader removed, broker still unfenced", time.monotonic() - started))
         print("dynamic quorum 1 -> 3 voters -> 2: "
               + ", ".join(f"{w} {t:.1f}s" for w, t in marks))
     finally:
