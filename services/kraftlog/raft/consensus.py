@@ -1498,8 +1498,8 @@ class RaftClient:
                 or self.history.kraft_version() < vs.KRAFT_VERSION_DYNAMIC \
                 or self.directory_id == m.NO_DIRECTORY or not self.local_endpoint \
                 or now_ms < max(self._change_in_flight_until, self._auto_join_after_ms) \
-                or self.log.end_offset < self.log.high_watermark or self.log.high_watermark == 0:
-            return
+                or self.log.high_watermark == 0:
+            return  # (whether it is caught up is the leader's call: it waits for that)
         stale = self.history.latest().get(self.node_id)
         request: m.VoterChangeRequest
         if stale is not None:
