@@ -5,6 +5,7 @@ records count, truncation reverts them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -296,3 +297,35 @@ def test_a_follower_uses_an_uncommitted_voters_record_and_reverts_it_on_truncati
         diverging_epoch=m.OffsetAndEpoch(offset=1, epoch=1)), 3)
     assert follower.log.end_offset == 1
     assert client.voter_set == voter_set(1, 2) and client.quorum.voters == {1, 2}
+
+
+def test_a_follower_refuses_a_voters_record_that_does_not_decode() -> None:
+    follower = DynNode(2, voter_set(1, 2))
+    client = follower.client
+    client.handle_request(1, m.BeginQuorumEpochRequest(
+        cluster_id=CLUSTER, leader_id=1, leader_epoch=1, voter_id=2), 0)
+    client.poll(0)
+    (_, request), = follower.sink.take(m.FetchRequest)
+    garbage = rb.build_batch([rb.RecordInput(key=cr.encode_key(cr.ControlRecordType.KRAFT_VOTERS),
+                                             value=b"\x00\x00\xff\xff")],
+                             base_offset=0, partition_leader_epoch=1, is_control=True)
+    client.handle_response(1, request, m.FetchResponse(
+        error_code=ErrorCode.NONE, leader_epoch=1, leader_id=1, high_watermark=0,
+        records=garbage), 1)  # refused like a corrupt batch: nothing appended, no crash
+    assert follower.log.end_offset == 0 and client.voter_set == voter_set(1, 2)
+
+
+def test_a_restart_reads_the_voter_set_from_anywhere_in_the_log() -> None:
+    """The start-up scan reads the whole log, not only its first fetch_max_bytes."""
+    node = DynNode(1, voter_set(1))
+    for i in range(20):
+        node.log.append_as_leader(rb.build_batch([rb.RecordInput(value=bytes(600))]), 1)
+    node.log.append_as_leader(rb.build_batch(vs.control_batch_records(voter_set(1, 2), None),
+                                             is_control=True), 1)
+    node.log.flush()
+    small = dataclasses.replace(CONFIG, fetch_max_bytes=2048)
+    restarted = consensus.RaftClient(
+        node_id=1, voters={}, cluster_id=CLUSTER, config=small, log=node.log,
+        store=MemoryQuorumStateStore(), rng=random.Random(1), listener=RecordingListener(),
+        sink=RecordingSink(), now_ms=0, directory_id=DIRS[1])
+    assert restarted.voter_set == voter_set(1, 2) and restarted.history.latest_offset() == 20

@@ -1252,15 +1252,20 @@ class RaftClient:
         else:
             if response.records:
                 try:
+                    # Control records are validated before the append: a leader's VotersRecord
+                    # that does not decode is refused like a corrupt batch, never half-applied.
+                    control = [] if (self.quorum.static_voters and self.quorum.is_voter) \
+                        else vs.read_control_records(response.records,
+                                                     min_offset=self.log.end_offset)[0]
                     self.log.append_as_follower(response.records)
                 except CorruptRecordError as exc:
                     logger.warning("[node=%s epoch=%s] rejected fetched records from %s: %s",
                                    self.node_id, self.epoch, source, exc)
                     self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
                     return
-                # A static voter ignores VotersRecords anyway: no header walk on its hot path.
-                if not (self.quorum.static_voters and self.quorum.is_voter) and \
-                        self.history.scan(response.records, min_offset=self.history.next_offset):
+                # (A static voter ignores VotersRecords anyway: no header walk on its hot path.)
+                self.history.next_offset = max(self.history.next_offset, self.log.end_offset)
+                if self.history.apply(control):
                     self._apply_voter_set(now_ms, f"fetched from {source}")
                 # A voter flushes before its next Fetch reports the new end offset: the
                 # leader counts it towards the HW. An observer's offset never counts, so it

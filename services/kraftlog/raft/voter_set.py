@@ -283,23 +283,53 @@ class VoterSetHistory:
              min_offset: int = 0) -> bool:
         """Read the control records of ``data`` (whole batches, headers only unless a batch is
         a control batch) at or after ``min_offset``; ``offset_shift`` moves the batches'
-        offsets (a snapshot numbers its batches from 0). True when the latest set changed."""
+        offsets (a snapshot numbers its batches from 0). True when the latest set changed.
+        CorruptRecordError for a record that does not decode: nothing is taken then."""
+        records, end_offset = read_control_records(data, offset_shift=offset_shift,
+                                                   min_offset=min_offset)
+        changed = self.apply(records)
+        self.next_offset = max(self.next_offset, end_offset)
+        return changed
+
+    def apply(self, records: list[tuple[int, VoterSet | int]]) -> bool:
+        """Take what :func:`read_control_records` found (voter sets, kraft.version levels);
+        True when the latest set changed."""
         before = self.latest()
-        for header in bh.iter_batches(data):
-            if not header.is_control or header.last_offset + offset_shift < min_offset:
-                continue
-            (batch,) = rb.decode_batches(header.view)
-            for record in batch.records:
-                offset = record.offset + offset_shift
-                if offset < min_offset:
-                    continue
-                kind = rb.decode_control_record_key(record.key)
-                if kind is rb.ControlRecordType.KRAFT_VOTERS:
-                    self.add_voters(offset, VoterSet.from_record(cr.decode_voters(record.value)))
-                elif kind is rb.ControlRecordType.KRAFT_VERSION:
-                    self.add_kraft_version(offset,
-                                           cr.decode_kraft_version(record.value).kraft_version)
+        for offset, value in records:
+            if isinstance(value, VoterSet):
+                self.add_voters(offset, value)
+            else:
+                self.add_kraft_version(offset, value)
+            self.next_offset = max(self.next_offset, offset + 1)
         return self.latest() != before
+
+
+def read_control_records(data: bytes | bytearray | memoryview, *, offset_shift: int = 0,
+                         min_offset: int = 0) -> tuple[list[tuple[int, VoterSet | int]], int]:
+    """The Voters (as :class:`VoterSet`) and KRaftVersion (as the level) records of ``data``
+    by offset, validated, and the offset after its last batch; CorruptRecordError names
+    what does not decode (a leader's bytes are checked before a follower appends them)."""
+    found: list[tuple[int, VoterSet | int]] = []
+    end_offset = min_offset
+    for header in bh.iter_batches(data):
+        end_offset = max(end_offset, header.last_offset + offset_shift + 1)
+        if not header.is_control or header.last_offset + offset_shift < min_offset:
+            continue
+        (batch,) = rb.decode_batches(header.view)
+        for record in batch.records:
+            offset = record.offset + offset_shift
+            if offset < min_offset:
+                continue
+            kind = rb.decode_control_record_key(record.key)
+            if kind is rb.ControlRecordType.KRAFT_VOTERS:
+                found.append((offset, VoterSet.from_record(cr.decode_voters(record.value))))
+            elif kind is rb.ControlRecordType.KRAFT_VERSION:
+                level = cr.decode_kraft_version(record.value).kraft_version
+                if level not in SUPPORTED_KRAFT_VERSIONS:
+                    raise CorruptRecordError(f"kraft.version {level} at offset {offset} is not "
+                                             f"supported (known: {list(SUPPORTED_KRAFT_VERSIONS)})")
+                found.append((offset, level))
+    return found, end_offset
 
 
 def control_batch_records(voters: VoterSet | None, kraft_version: int | None
