@@ -318,7 +318,7 @@ def test_a_follower_refuses_a_voters_record_that_does_not_decode() -> None:
 def test_a_restart_reads_the_voter_set_from_anywhere_in_the_log() -> None:
     """The start-up scan reads the whole log, not only its first fetch_max_bytes."""
     node = DynNode(1, voter_set(1))
-    for i in range(20):
+    for _ in range(20):
         node.log.append_as_leader(rb.build_batch([rb.RecordInput(value=bytes(600))]), 1)
     node.log.append_as_leader(rb.build_batch(vs.control_batch_records(voter_set(1, 2), None),
                                              is_control=True), 1)
