@@ -329,3 +329,25 @@ def test_a_restart_reads_the_voter_set_from_anywhere_in_the_log() -> None:
         store=MemoryQuorumStateStore(), rng=random.Random(1), listener=RecordingListener(),
         sink=RecordingSink(), now_ms=0, directory_id=DIRS[1])
     assert restarted.voter_set == voter_set(1, 2) and restarted.history.latest_offset() == 20
+
+
+def test_a_voter_that_moved_updates_its_endpoint_through_the_leader() -> None:
+    leader = _two_voter_leader()
+    moved = DynNode(2, None)
+    moved.client.local_endpoint = "h2-new:9093"
+    # It fetches the log (voters {1, 2} with its old endpoint) as a voter of epoch 1...
+    moved.client.handle_request(1, m.BeginQuorumEpochRequest(
+        cluster_id=CLUSTER, leader_id=1, leader_epoch=leader.client.epoch, voter_id=2), 1200)
+    moved.client.poll(1200)
+    (_, request), = moved.sink.take(m.FetchRequest)
+    answer = leader.client.handle_request(2, request, 1200)
+    assert isinstance(answer, m.FetchResponse)
+    moved.client.handle_response(1, request, answer, 1200)
+    assert moved.client.quorum.is_voter
+    moved.client.poll(1201)
+    (_, update), = moved.sink.take(m.UpdateRaftVoterRequest)
+    # ... and the leader records the new endpoint (answering once that commits).
+    assert leader.client.handle_request(2, update, 1201, 11) is m.PENDING
+    assert leader.client.voter_set.get(2).endpoint == "h2-new:9093"  # type: ignore[union-attr]
+    catch_up(leader, 2, 1202)
+    assert leader.sink.completed.pop(11).error_code is ErrorCode.NONE  # type: ignore[union-attr]

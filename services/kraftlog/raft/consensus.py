@@ -1498,7 +1498,19 @@ class RaftClient:
     def _maybe_auto_join(self, state: es.FollowerState, now_ms: int) -> None:
         """``controller.quorum.auto.join.enable``: an observer controller adds itself once it
         is caught up; if its id votes with another directory (a replaced disk), it removes
-        that voter first."""
+        that voter first. A voter whose endpoint in the voter set is not the one it
+        advertises now (it moved) tells the leader with UpdateRaftVoter, as Kafka's do."""
+        own = self.history.latest().get(self.node_id)
+        if self.quorum.is_voter and own is not None and self.local_endpoint \
+                and own.directory_id == self.directory_id and own.endpoint != self.local_endpoint \
+                and now_ms >= max(self._change_in_flight_until, self._auto_join_after_ms):
+            self._change_in_flight_until = now_ms + 2 * self.config.request_timeout_ms
+            self.sink.send(state.leader_id_, m.UpdateRaftVoterRequest(
+                cluster_id=self.cluster_id, current_leader_epoch=state.epoch,
+                voter_id=self.node_id, voter_directory_id=self.directory_id,
+                endpoint=self.local_endpoint, min_kraft_version=vs.KRAFT_VERSION_STATIC,
+                max_kraft_version=vs.KRAFT_VERSION_DYNAMIC))
+            return
         if not self.auto_join or self.quorum.is_voter \
                 or self.history.kraft_version() < vs.KRAFT_VERSION_DYNAMIC \
                 or self.directory_id == m.NO_DIRECTORY or not self.local_endpoint \
