@@ -38,7 +38,7 @@ def test_status_reports_the_laggiest_voter_as_kafka_does() -> None:
         "HighWatermark": 120,
         "MaxFollowerLag": 30,             # leader 130 - voter 1 at 100
         "MaxFollowerLagTimeMs": 2_000,    # leader caught up at 6000, voter 1 at 4000
-        "CurrentVoters": [1, 2, 3], "CurrentObservers": [9]}
+        "CurrentVoters": [1, 2, 3], "CurrentObservers": [9], "KRaftVersion": 0}
     lines = qc.format_status(_description())
     assert lines[0] == "ClusterId:              MkU3OEVBNTcwNTJENDM2Qg"
     assert lines[6] == "CurrentVoters:          [1,2,3]"
@@ -69,16 +69,29 @@ def test_replication_table_lists_leader_then_followers_then_observers() -> None:
         (2, 0, "Leader"), (1, 30, "Follower"), (3, 0, "Follower"), (9, 40, "Observer")]
     lines = qc.format_replication(_description())
     assert lines[0].split() == list(qc.REPLICATION_COLUMNS)
-    assert lines[1].split() == ["2", "130", "0", "-1", "6000", "Leader"]
-    assert lines[4].split() == ["9", "90", "40", "5500", "-1", "Observer"]
+    zero = "AAAAAAAAAAAAAAAAAAAAAA"  # static voters carry no directory id
+    assert lines[1].split() == ["2", zero, "130", "0", "-1", "6000", "Leader"]
+    assert lines[4].split() == ["9", zero, "90", "40", "5500", "-1", "Observer"]
     # Columns line up: every row starts its Status column at the same place.
     assert len({line.index(line.split()[-1]) for line in lines}) == 1
 
 
 def test_human_readable_timestamps_say_how_long_ago() -> None:
     lines = qc.format_replication(_description(), now_ms=6_500)
-    assert lines[1].split() == ["2", "130", "0", "-", "500", "ms", "ago", "Leader"]
-    assert lines[2].split()[3:] == ["1500", "ms", "ago", "2500", "ms", "ago", "Follower"]
+    assert lines[1].split()[:1] + lines[1].split()[2:] == [
+        "2", "130", "0", "-", "500", "ms", "ago", "Leader"]
+    assert lines[2].split()[4:] == ["1500", "ms", "ago", "2500", "ms", "ago", "Follower"]
+
+
+def test_status_and_replication_show_kraft_version_and_directory_ids() -> None:
+    description = _description()
+    description.answer.kraft_version = 1
+    voter = description.answer.current_voters[0]
+    voter.replica_directory_id.most_significant_bits = 0x0123456789ABCDEF
+    voter.replica_directory_id.least_significant_bits = 0xFEDCBA9876543210
+    assert qc.status_fields(description)["KRaftVersion"] == 1
+    rows = {r["NodeId"]: r for r in qc.replication_rows(description)}
+    assert rows[1]["DirectoryId"] == "ASNFZ4mrze_-3LqYdlQyEA"
 
 
 @pytest.mark.parametrize("value", ["127.0.0.1:9093", "a:1,b:2", "[::1]:9093"])
@@ -119,8 +132,8 @@ def test_json_output_has_the_same_fields_under_lower_camel_case_names() -> None:
     status = json.loads(json.dumps(qc.status_json(_description())))
     assert status["maxFollowerLag"] == 30 and list(status) == [
         "clusterId", "leaderId", "leaderEpoch", "highWatermark", "maxFollowerLag",
-        "maxFollowerLagTimeMs", "currentVoters", "currentObservers"]
+        "maxFollowerLagTimeMs", "currentVoters", "currentObservers", "kraftVersion"]
     rows = qc.replication_json(_description())["replicas"]
     assert [r["lag"] for r in rows][:3] == [0, 30, 0]
-    assert list(rows[0]) == ["nodeId", "logEndOffset", "lag", "lastFetchTimestamp",
+    assert list(rows[0]) == ["nodeId", "directoryId", "logEndOffset", "lag", "lastFetchTimestamp",
                              "lastCaughtUpTimestamp", "status"]

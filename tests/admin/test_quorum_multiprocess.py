@@ -62,8 +62,8 @@ def test_describe_follows_the_leader_and_history_shows_the_failover(
                                _address(cluster, follower), "--replication")
         assert replication.returncode == 0, replication.stderr
         rows = [line.split() for line in replication.stdout.splitlines()]
-        assert rows[0] == ["NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp",
-                           "LastCaughtUpTimestamp", "Status"]
+        assert rows[0] == ["NodeId", "DirectoryId", "LogEndOffset", "Lag",
+                           "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"]
         assert rows[1][0] == str(first.leader_id) and rows[1][-1] == "Leader"
         assert sorted(int(r[0]) for r in rows[1:]) == list(NODES)
         assert [r[-1] for r in rows[2:]] == ["Follower", "Follower"]

@@ -45,6 +45,9 @@ class CommittingRaft:
         self.next_offset = 1
         self.listener: driver.ControllerRaftListener | None = None
 
+    def leader_next_offset(self, epoch: int) -> int | None:
+        return None  # no raft control records between the controller's writes here
+
     def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         first = self.next_offset
         self.next_offset += len(records)

@@ -240,6 +240,9 @@ class _RaftLeadingEpoch7:
         self.next_offset = 10
         self.proposed: list[tuple[int, list[bytes]]] = []
 
+    def leader_next_offset(self, epoch: int) -> int | None:
+        return None  # no raft control records between the controller's writes here
+
     def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         self.proposed.append((self.next_offset, list(records)))
         self.next_offset += len(records)

@@ -13,6 +13,13 @@ per epoch; persisted epochs monotonic per node; HW monotonic per node while it
 lives; a majority of voters holds the leader's committed prefix; committed
 entries never lost or changed (checked against one global history by every
 listener, snapshots included); a snapshot sits at every advanced log start.
+
+``dynamic=True`` (KIP-853): the first voters start from the bootstrap snapshot that
+``kraftlog storage format --initial-controllers`` writes, spare controllers (and every
+controller, so removed ones come back) auto-join, an operator removes random voters,
+and a crash sometimes replaces a node's disk (a new directory id, an empty log and
+quorum-state), after which it must re-join by removing its old self. The majority check
+then uses the leader's voter sets (the latest, or the one in force at the HW).
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from kraftlog import ids as uuid
 from kraftlog.errors import NotLeaderError
 from kraftlog.raft import consensus
 from kraftlog.raft import messages as m
+from kraftlog.raft import snapshot as snap
+from kraftlog.raft import voter_set as vs
 from kraftlog.raft.epoch_state import Role, majority_size
 from kraftlog.raft.memory_log import MemoryRaftLog
 from kraftlog.raft.quorum_state_store import MemoryQuorumStateStore
@@ -32,6 +42,8 @@ from kraftlog.raft.raft_config import RaftConfig
 from kraftlog.raft.snapshot import SnapshotReader
 
 CLUSTER_ID = "sim-cluster"
+ADMIN_ID = 0
+"""The source of the operator's RemoveRaftVoter requests (not a node)."""
 SIM_CONFIG = RaftConfig(election_timeout_ms=150, election_backoff_max_ms=150,
                         fetch_timeout_ms=300, append_linger_ms=5, request_timeout_ms=200,
                         retry_backoff_ms=10, fetch_max_wait_ms=100, fetch_max_bytes=4096,
@@ -52,6 +64,8 @@ class FaultPlan:
     partition_every_ms: int = 700      # mean time between partition changes (0: never)
     propose_every_ms: int = 20
     snapshot_every_ms: int = 500
+    remove_voter_every_ms: int = 600   # dynamic clusters: an operator removes a voter
+    replace_disk: float = 0.6          # dynamic clusters: share of crashes that lose the disk
 
 
 @dataclass(order=True)
@@ -127,6 +141,15 @@ class SimNode:
         self.max_persisted_epoch = -1
         self.max_hw = 0
         self.events: list[consensus.RaftEvent] = []
+        self.directory_id = uuid.random_directory_id(self.rng)
+
+    def replace_disk(self) -> None:
+        """A new, empty metadata disk: formatted with --no-initial-controllers."""
+        self.log = MemoryRaftLog(f"node-{self.node_id} log (disk {self.incarnation})")
+        self.store = MemoryQuorumStateStore()
+        self.directory_id = uuid.random_directory_id(self.rng)
+        self.max_persisted_epoch = -1
+        self.max_hw = 0
 
     @property
     def alive(self) -> bool:
@@ -136,11 +159,17 @@ class SimNode:
         self.incarnation += 1
         self.flushing = False
         self.listener = SimListener(self.cluster, self.node_id)
+        cluster = self.cluster
+        controller = self.node_id in cluster.controller_ids
         self.client = consensus.RaftClient(
-            node_id=self.node_id, voters=self.cluster.voter_endpoints, cluster_id=CLUSTER_ID,
-            config=self.cluster.config, log=self.log, store=self.store, rng=self.rng,
-            listener=self.listener, sink=SimSink(self.cluster, self), now_ms=now_ms,
-            on_event=self.events.append)
+            node_id=self.node_id, voters={} if cluster.dynamic else cluster.voter_endpoints,
+            cluster_id=CLUSTER_ID, config=cluster.config, log=self.log, store=self.store,
+            rng=self.rng, listener=self.listener, sink=SimSink(cluster, self), now_ms=now_ms,
+            on_event=self.events.append,
+            directory_id=self.directory_id if cluster.dynamic else m.NO_DIRECTORY,
+            local_endpoint=f"node-{self.node_id}:9093" if controller else "",
+            bootstrap_servers=cluster.controller_ids if cluster.dynamic else (),
+            auto_join=cluster.dynamic and controller)
         # As the asyncio driver runs it: the leader's fsync comes after its Fetch answers
         # left, as a separate event a crash can fall before.
         self.client.defer_leader_flush = True
@@ -155,7 +184,8 @@ class SimNode:
 
 class Cluster:
     def __init__(self, seed: int, *, voters: int = 3, observers: int = 1,
-                 faults: FaultPlan | None = None, config: RaftConfig = SIM_CONFIG) -> None:
+                 faults: FaultPlan | None = None, config: RaftConfig = SIM_CONFIG,
+                 dynamic: bool = False, spares: int = 0) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.config = config
@@ -166,7 +196,24 @@ class Cluster:
         self.voter_ids = list(range(1, voters + 1))
         self.observer_ids = list(range(100, 100 + observers))
         self.voter_endpoints = {v: f"node-{v}:9093" for v in self.voter_ids}
-        self.nodes = {n: SimNode(self, n) for n in [*self.voter_ids, *self.observer_ids]}
+        self.dynamic = dynamic
+        # Controllers beyond the first voters: they start as observers and auto-join.
+        self.spare_ids = list(range(voters + 1, voters + 1 + spares))
+        self.controller_ids = [*self.voter_ids, *self.spare_ids]
+        self.nodes = {n: SimNode(self, n) for n in [*self.controller_ids, *self.observer_ids]}
+        if dynamic:
+            bootstrap = vs.VoterSet(vs.VoterNode(voter_id=v, directory_id=self.nodes[v].directory_id,
+                                                 endpoint=self.voter_endpoints[v])
+                                    for v in self.voter_ids)
+            data = snap.SnapshotWriter(
+                m.OffsetAndEpoch(offset=0, epoch=0), last_contained_log_timestamp=-1, now_ms=0,
+                control=vs.control_batch_records(bootstrap, vs.KRAFT_VERSION_DYNAMIC)).build()
+            for v in self.voter_ids:
+                self.nodes[v].log.write_snapshot(m.OffsetAndEpoch(offset=0, epoch=0), data)
+        self.admin_results: list[m.VoterChangeResponse] = []
+        self.committed_voter_changes = 0
+        self.disks_replaced = 0
+        self.last_admin_request_ms = -1_000_000
         self.blocked: set[tuple[int, int]] = set()
         self.leaders_by_epoch: dict[int, int] = {}
         self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, value)
@@ -230,6 +277,11 @@ class Cluster:
 
     def _respond(self, responder: int, requester: int, incarnation: int, request: m.RaftRequest,
                  response: m.RaftResponse) -> None:
+        if requester == ADMIN_ID:
+            assert isinstance(response, m.VoterChangeResponse)
+            self.admin_results.append(response)
+            return
+
         def deliver() -> None:
             node = self.nodes[requester]
             if node.client is None or node.incarnation != incarnation:
@@ -283,6 +335,9 @@ class Cluster:
         if self.faults.snapshot_every_ms:
             self.schedule(self._exp(self.faults.snapshot_every_ms), self._snapshot_tick,
                           "snapshot")
+        if self.dynamic and self.faults.remove_voter_every_ms:
+            self.schedule(self._exp(self.faults.remove_voter_every_ms), self._remove_voter_tick,
+                          "remove voter")
 
     def _exp(self, mean_ms: int) -> int:
         return self.now_ms + 1 + int(self.rng.expovariate(1.0 / mean_ms))
@@ -317,6 +372,12 @@ class Cluster:
             if node.client is not None:
                 self.trace.append(f"{self.now_ms}: crash {node.node_id}")
                 node.crash()
+                if self.dynamic and node.node_id in self.controller_ids \
+                        and self.rng.random() < self.faults.replace_disk \
+                        and self._disk_may_be_replaced(node.node_id):
+                    self.trace.append(f"{self.now_ms}: replace disk of {node.node_id}")
+                    node.replace_disk()
+                    self.disks_replaced += 1
                 for rid in [r for r, p in self._parked.items() if p[2] == node.node_id]:
                     del self._parked[rid]
                 downtime = self.rng.randint(10, 1000)
@@ -328,6 +389,51 @@ class Cluster:
             self.trace.append(f"{self.now_ms}: restart {node.node_id}")
             node.start(self.now_ms)
             self._poll(node)
+
+    def _disk_may_be_replaced(self, node_id: int) -> bool:
+        """Losing a disk is survivable while every other voter holds its data: only when the
+        committed voter set has no stale member and keeps a majority without this one."""
+        leader = self.leader()
+        if leader is None or leader.client is None:
+            return False
+        client = leader.client
+        at = client.history.latest_offset()
+        if at is not None and at >= leader.log.high_watermark:
+            return False  # a change in flight
+        if self.now_ms - self.last_admin_request_ms < 2 * (
+                self.config.request_timeout_ms + self.faults.max_delay_ms):
+            return False  # an operator's removal may still land
+        voters = client.voter_set
+        hw = leader.log.high_watermark
+        # The committed log must stay on a majority without this disk (losing more is data
+        # loss no protocol prevents, not a bug to catch).
+        holders = sum(1 for v in voters.ids() if v != node_id
+                      and self.nodes[v].log.end_offset >= hw and self.nodes[v].alive)
+        return not self._stale_voters(voters) and len(voters) >= 3 \
+            and holders >= majority_size(len(voters))
+
+    def _stale_voters(self, voters: vs.VoterSet) -> list[int]:
+        """Voters whose disk was replaced since (their node has another directory now)."""
+        return [v.voter_id for v in voters.nodes()
+                if v.directory_id != self.nodes[v.voter_id].directory_id]
+
+    def _remove_voter_tick(self) -> None:
+        leader = self.leader()
+        if self.faults_enabled and leader is not None and leader.client is not None:
+            voters = leader.client.voter_set.nodes()
+            # An operator does not remove a second voter while one has lost its disk: that
+            # could leave no majority with data (auto-join replaces the stale one).
+            if len(voters) > 1 and not self._stale_voters(leader.client.voter_set):
+                self.last_admin_request_ms = self.now_ms
+                victim = self.rng.choice(voters)
+                request = m.RemoveRaftVoterRequest(cluster_id=CLUSTER_ID, voter_id=victim.voter_id,
+                                                   voter_directory_id=victim.directory_id)
+                self.trace.append(f"{self.now_ms}: remove voter {victim.describe()}")
+                self._deliver_later(ADMIN_ID, leader.node_id, lambda: self._on_request(
+                    ADMIN_ID, 0, leader.node_id, request), f"RemoveRaftVoter ->{leader.node_id}")
+        if self.faults_enabled:
+            self.schedule(self._exp(self.faults.remove_voter_every_ms), self._remove_voter_tick,
+                          "remove voter")
 
     def _partition_tick(self) -> None:
         if not self.faults_enabled:
@@ -438,16 +544,29 @@ class Cluster:
             hw = leader.log.high_watermark
             if hw > 0:
                 epoch = leader.log.epoch_of(hw - 1) if hw > leader.log.start_offset else None
-                holders = 0
-                for voter in self.voter_ids:
-                    log = self.nodes[voter].log
-                    covered_by_snapshot = log.start_offset >= hw
-                    holds_entry = log.end_offset >= hw and (
-                        covered_by_snapshot or epoch is None or log.epoch_of(hw - 1) == epoch)
-                    holders += covered_by_snapshot or holds_entry
-                if holders < majority_size(len(self.voter_ids)):
-                    self.fail(f"leader {leader.node_id} HW {hw} is held by only {holders} of "
-                              f"{len(self.voter_ids)} voters")
+
+                def holders(voter_set: list[tuple[int, uuid.Uuid]]) -> int:
+                    count = 0
+                    for voter, directory in voter_set:
+                        node = self.nodes[voter]
+                        if self.dynamic and node.directory_id != directory:
+                            continue  # that disk is gone: its copy does not count
+                        log = node.log
+                        covered_by_snapshot = log.start_offset >= hw
+                        holds_entry = log.end_offset >= hw and (
+                            covered_by_snapshot or epoch is None or log.epoch_of(hw - 1) == epoch)
+                        count += covered_by_snapshot or holds_entry
+                    return count
+                if self.dynamic:
+                    history = leader.client.history
+                    sets = [history.latest(), history.value_at_or_before(hw - 1)]
+                else:
+                    sets = [vs.VoterSet.static(self.voter_endpoints)]
+                keys = [[(v.voter_id, v.directory_id) for v in s.nodes()] for s in sets]
+                if not any(holders(k) >= majority_size(len(k)) for k in keys):
+                    self.fail(f"leader {leader.node_id} HW {hw} is held by only "
+                              f"{[holders(k) for k in keys]} of the voter sets "
+                              f"{[s.describe() for s in sets]}")
 
     def describe(self) -> str:
         lines = []
@@ -465,26 +584,42 @@ class SeedResult:
     committed: int
     elections: int
     virtual_ms: int
+    voter_changes: int = 0
+    disks_replaced: int = 0
+    final_voters: tuple[int, ...] = ()
 
 
 def run_seed(seed: int, *, voters: int | None = None, chaos_ms: int = 3000,
-             liveness_bound_ms: int = 5000, faults: FaultPlan | None = None) -> SeedResult:
+             liveness_bound_ms: int = 5000, faults: FaultPlan | None = None,
+             dynamic: bool = False) -> SeedResult:
     """Chaos for ``chaos_ms``, then heal and require a fresh proposal to commit in time."""
     picker = random.Random(seed ^ 0x5EED)
     voter_count = voters if voters is not None else picker.choice([3, 5])
-    cluster = Cluster(seed, voters=voter_count, observers=picker.choice([1, 2]), faults=faults)
+    if dynamic:
+        voter_count = picker.choice([1, 3])
+    cluster = Cluster(seed, voters=voter_count, observers=picker.choice([1, 2]), faults=faults,
+                      dynamic=dynamic, spares=picker.choice([1, 2]) if dynamic else 0)
     cluster.start()
     cluster.run_until(chaos_ms)
     cluster.heal()
     heal_ms = cluster.now_ms
 
+    def current_voters() -> list[int]:
+        leader = cluster.leader()
+        if not dynamic:
+            return cluster.voter_ids
+        if leader is None or leader.client is None:
+            return []
+        return sorted(leader.client.voter_set.ids())
+
     def committed_on_majority() -> bool:
         # A value proposed after healing is committed (its offset is below the HW of a
         # majority of voters). Proposals made before a leader change may be lost, and their
         # offsets reused by a LeaderChange record: only values that made it count.
-        return any(
-            sum(1 for v in cluster.voter_ids if cluster.nodes[v].log.high_watermark > offset)
-            >= majority_size(voter_count)
+        voters_now = current_voters()
+        return bool(voters_now) and any(
+            sum(1 for v in voters_now if cluster.nodes[v].log.high_watermark > offset)
+            >= majority_size(len(voters_now))
             for offset in cluster.post_heal_offsets)
 
     if not cluster.run_until(heal_ms + liveness_bound_ms, stop=committed_on_majority):
@@ -492,8 +627,12 @@ def run_seed(seed: int, *, voters: int | None = None, chaos_ms: int = 3000,
                      + cluster.describe() + "\n" + "\n".join(cluster.trace[-15:]))
     elections = sum(1 for n in cluster.nodes.values() for e in n.events
                     if e.kind is consensus.RaftEventKind.ELECTION_WON)
+    changes = sum(1 for n in cluster.nodes.values() for e in n.events
+                  if e.kind is consensus.RaftEventKind.VOTERS_CHANGED)
     return SeedResult(seed=seed, events=cluster.events_run, committed=len(cluster.committed),
-                      elections=elections, virtual_ms=cluster.now_ms)
+                      elections=elections, virtual_ms=cluster.now_ms, voter_changes=changes,
+                      disks_replaced=cluster.disks_replaced,
+                      final_voters=tuple(current_voters()))
 
 
 __all__ = ["Cluster", "FaultPlan", "InvariantFailure", "SeedResult", "run_seed"]

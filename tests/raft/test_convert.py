@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from kraftlog import ids as uuid
 from kraftlog.raft import convert
 from kraftlog.raft import messages as m
 from kraftlog.raft.error_codes import ErrorCode
 from kraftlog.v1 import common_pb2, raft_pb2
 
 OE = m.OffsetAndEpoch
+DIR = uuid.parse_uuid("J8aAPcfLQt2bqs1JT_rMgQ")
+OTHER_DIR = uuid.parse_uuid("4L6g3nShT-eMCtK--X86sw")
 
 REQUESTS: list[m.RaftRequest] = [
     m.VoteRequest(cluster_id="c", candidate_epoch=5, candidate_id=2, voter_id=3,
@@ -33,6 +36,19 @@ REQUESTS: list[m.RaftRequest] = [
     m.FetchSnapshotRequest(cluster_id="c", replica_id=2, current_leader_epoch=3,
                            snapshot_id=OE(offset=100, epoch=2), position=4096, max_bytes=1024),
     m.DescribeQuorumRequest(),
+    # KIP-853: directory ids in the voter keys, and the three voter-change requests.
+    m.VoteRequest(cluster_id="c", candidate_epoch=5, candidate_id=2, voter_id=3,
+                  last_offset_epoch=4, last_offset=17, voter_directory_id=DIR,
+                  candidate_directory_id=OTHER_DIR),
+    m.FetchRequest(cluster_id="c", replica_id=2, current_leader_epoch=3, fetch_offset=10,
+                   last_fetched_epoch=3, max_wait_ms=500, max_bytes=1 << 20,
+                   replica_directory_id=DIR),
+    m.AddRaftVoterRequest(cluster_id="c", timeout_ms=30_000, voter_id=4, voter_directory_id=DIR,
+                          endpoint="controller-3:9093", ack_when_committed=True),
+    m.RemoveRaftVoterRequest(cluster_id="c", voter_id=4, voter_directory_id=DIR),
+    m.UpdateRaftVoterRequest(cluster_id="c", current_leader_epoch=7, voter_id=4,
+                             voter_directory_id=DIR, endpoint="[::1]:9093", min_kraft_version=0,
+                             max_kraft_version=1),
 ]
 
 RESPONSES: list[m.RaftResponse] = [
@@ -68,6 +84,18 @@ RESPONSES: list[m.RaftResponse] = [
                                         last_caught_up_timestamp=-1),)),
     m.DescribeQuorumResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, leader_id=2,
                              leader_epoch=3),
+    m.DescribeQuorumResponse(
+        error_code=ErrorCode.NONE, leader_id=1, leader_epoch=3, high_watermark=9,
+        current_voters=(m.ReplicaDescription(replica_id=1, log_end_offset=9,
+                                             last_fetch_timestamp=-1,
+                                             last_caught_up_timestamp=5,
+                                             replica_directory_id=DIR),),
+        voter_endpoints=((1, "h1:9093"),), kraft_version=1),
+    m.FetchResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER, leader_epoch=3, leader_id=2,
+                    leader_endpoint="h2:9093"),
+    m.VoterChangeResponse(error_code=ErrorCode.DUPLICATE_VOTER, leader_epoch=3, leader_id=1,
+                          error_message="node 4 is already a voter", leader_endpoint="h1:9093"),
+    m.VoterChangeResponse(error_code=ErrorCode.NONE, leader_epoch=3, leader_id=1),
 ]
 
 
@@ -99,11 +127,14 @@ def test_the_kip_1166_fetch_high_watermark_has_no_proto_field_and_arrives_unknow
 
 
 def test_request_source_names_the_sender() -> None:
-    assert [convert.request_source(r) for r in REQUESTS] == [2, 2, 1, 1, 1, 1, 1, 2, -1, 2, -1]
+    assert [convert.request_source(r) for r in REQUESTS] == [2, 2, 1, 1, 1, 1, 1, 2, -1, 2, -1,
+                                                             2, 2, -1, -1, -1]
 
 
 TP_OTHER = common_pb2.TopicPartition(topic="orders", partition=0)
 
+_LISTENER = [common_pb2.Endpoint(host="h", port=9093, listener_name="CONTROLLER")]
+_DIR = convert.uuid_to_proto(DIR)
 MALFORMED_REQUESTS: list[tuple[convert.ProtoRequest, str]] = [
     (raft_pb2.VoteRequest(candidate_id=-3, candidate_epoch=1), "candidate_id"),
     (raft_pb2.VoteRequest(candidate_id=1, candidate_epoch=-1), "candidate_epoch"),
@@ -134,6 +165,32 @@ MALFORMED_REQUESTS: list[tuple[convert.ProtoRequest, str]] = [
     (raft_pb2.FetchSnapshotRequest(replica_id=1, max_bytes=10,
                                    snapshot_id=common_pb2.SnapshotId(end_offset=-5, epoch=1)),
      "end_offset"),
+    # KIP-853 voter changes: hostile fields never reach the core.
+    (raft_pb2.AddRaftVoterRequest(voter_id=-4, timeout_ms=100, listeners=_LISTENER,
+                                  voter_directory_id=_DIR), "voter_id"),
+    (raft_pb2.AddRaftVoterRequest(voter_id=4, timeout_ms=100, listeners=_LISTENER),
+     "voter_directory_id is missing"),
+    (raft_pb2.AddRaftVoterRequest(voter_id=4, timeout_ms=100, listeners=_LISTENER,
+                                  voter_directory_id=common_pb2.Uuid(least_significant_bits=2)),
+     "reserved"),
+    (raft_pb2.AddRaftVoterRequest(voter_id=4, timeout_ms=100, voter_directory_id=_DIR),
+     "listeners is empty"),
+    (raft_pb2.AddRaftVoterRequest(voter_id=4, timeout_ms=100, voter_directory_id=_DIR,
+                                  listeners=[common_pb2.Endpoint(host="h", port=70000)]),
+     "port outside"),
+    (raft_pb2.AddRaftVoterRequest(voter_id=4, timeout_ms=0, voter_directory_id=_DIR,
+                                  listeners=_LISTENER), "timeout_ms"),
+    (raft_pb2.RemoveRaftVoterRequest(voter_id=-1), "voter_id"),
+    (raft_pb2.UpdateRaftVoterRequest(voter_id=4, voter_directory_id=_DIR, listeners=_LISTENER,
+                                     current_leader_epoch=1,
+                                     kraft_version_feature=common_pb2.SupportedFeature(
+                                         name="metadata.version", max_supported_version=1)),
+     "kraft_version_feature"),
+    (raft_pb2.UpdateRaftVoterRequest(voter_id=4, voter_directory_id=_DIR, listeners=_LISTENER,
+                                     current_leader_epoch=1,
+                                     kraft_version_feature=common_pb2.SupportedFeature(
+                                         name="kraft.version", min_supported_version=2,
+                                         max_supported_version=1)), "not a range"),
 ]
 
 

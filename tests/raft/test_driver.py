@@ -15,8 +15,9 @@ from typing import Any
 import grpc
 import pytest
 
+from kraftlog import ids as uuid
 from kraftlog.ids import Epoch
-from kraftlog.raft import consensus, driver, raft_log, transport
+from kraftlog.raft import consensus, convert, driver, raft_log, transport
 from kraftlog.raft import messages as msg
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.error_codes import ErrorCode
@@ -254,7 +255,11 @@ def test_the_server_answers_invalid_requests_and_kip_853_rpcs_with_error_codes(
                 assert other.error.code == common_pb2.UNKNOWN_TOPIC_OR_PARTITION
                 add = await stub.AddRaftVoter(raft_pb2.AddRaftVoterRequest(voter_id=4),
                                               timeout=2)
-                assert add.error.code == common_pb2.UNSUPPORTED_VERSION
+                assert add.error.code == common_pb2.INVALID_REQUEST
+                assert "voter_directory_id" in add.error.message
+                remove = await stub.RemoveRaftVoter(raft_pb2.RemoveRaftVoterRequest(
+                    cluster_id=CLUSTER, voter_id=-3), timeout=2)
+                assert remove.error.code == common_pb2.INVALID_REQUEST
                 wrong_cluster = await stub.Vote(raft_pb2.VoteRequest(
                     cluster_id="nope", candidate_id=2, candidate_epoch=1), timeout=2)
                 assert wrong_cluster.error.code == common_pb2.INCONSISTENT_CLUSTER_ID
@@ -262,8 +267,17 @@ def test_the_server_answers_invalid_requests_and_kip_853_rpcs_with_error_codes(
                              what="a leader")
             leader = single_leader(nodes)
             assert leader is not None
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{leader.port}") as channel:
+                # Static voters (kraft.version 0): the leader refuses any change.
+                add = await raft_pb2_grpc.RaftServiceStub(channel).AddRaftVoter(
+                    raft_pb2.AddRaftVoterRequest(
+                        cluster_id=CLUSTER, voter_id=4, timeout_ms=1000,
+                        voter_directory_id=convert.uuid_to_proto(uuid.random_directory_id()),
+                        listeners=convert.endpoint_to_proto("127.0.0.1:1")), timeout=2)
+                assert add.error.code == common_pb2.UNSUPPORTED_VERSION, add
             described = await transport.describe_quorum(f"127.0.0.1:{leader.port}")
             assert described.leader_id == leader.node_id
+            assert described.kraft_version == 0
             assert {r.replica_id for r in described.current_voters} == {1, 2, 3}
             now_ms = time.time() * 1000
             own = next(r for r in described.current_voters if r.replica_id == leader.node_id)

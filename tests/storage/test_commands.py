@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from kraftlog import ids as uuid
+from kraftlog.raft import messages, voter_set
+from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import checkpoint, meta_properties
 from kraftlog.storage import record_batch as rb
 from kraftlog.tools import cli
 
+BOOTSTRAP_CHECKPOINT = "00000000000000000000-0000000000.checkpoint"
 CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 OTHER_CLUSTER = "AbCdEfGhIjKlMnOpQrStUg"
 DIR_ID_1 = "J8aAPcfLQt2bqs1JT_rMgQ"
@@ -67,7 +70,8 @@ def test_format_fresh_dirs(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
     assert text[0] == "#" and text[1].startswith("#") and "version=1" in text
     assert (d1 / "__cluster_metadata-0").is_dir()
     assert not (d2 / "__cluster_metadata-0").exists()
-    assert not (d1 / "__cluster_metadata-0" / "bootstrap-voters.json").exists()
+    # Static voters (kraft.version 0): no bootstrap voter set.
+    assert not (d1 / "__cluster_metadata-0" / BOOTSTRAP_CHECKPOINT).exists()
 
 
 def test_format_separate_metadata_dir(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -215,13 +219,10 @@ def test_format_with_initial_controllers_records_the_bootstrap_voters(
     assert code == 0 and f"Initial controllers: {voters}" in out
     props = meta_properties.read(meta)
     assert props is not None and str(props.directory_id) == DIR_ID_2  # KIP-853: the voter's dir id
-    document = json.loads((meta / "__cluster_metadata-0" / "bootstrap-voters.json").read_text())
-    assert document["voters"] == [
-        {"voterId": 1, "voterDirectoryId": DIR_ID_1,
-         "endpoints": [{"name": "CONTROLLER", "host": "controller-0", "port": 9093}]},
-        {"voterId": 2, "voterDirectoryId": DIR_ID_2,
-         "endpoints": [{"name": "CONTROLLER", "host": "::1", "port": 9094}]},
-    ]
+    history = _bootstrap_history(meta)
+    assert history.kraft_version() == 1 and history.latest_offset() == -1
+    assert [(v.voter_id, str(v.directory_id), v.endpoint) for v in history.latest().nodes()] == [
+        (1, DIR_ID_1, "controller-0:9093"), (2, DIR_ID_2, "[::1]:9094")]
     # Re-running is idempotent; a different voter directory id for this node is refused.
     assert run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "2",
                "--metadata-dir", str(meta), "--initial-controllers", voters)[0] == 0
@@ -236,9 +237,28 @@ def test_format_standalone(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture
                      "--metadata-dir", str(meta), "--standalone", "--controller-endpoint", "localhost:9093")
     assert code == 0
     props = meta_properties.read(meta)
-    document = json.loads((meta / "__cluster_metadata-0" / "bootstrap-voters.json").read_text())
     assert props is not None
-    assert [(v["voterId"], v["voterDirectoryId"]) for v in document["voters"]] == [(5, str(props.directory_id))]
+    voters = _bootstrap_history(meta).latest()
+    assert [(v.voter_id, v.directory_id, v.endpoint) for v in voters.nodes()] == [
+        (5, props.directory_id, "localhost:9093")]
+
+
+def test_format_no_initial_controllers_writes_no_voter_set(
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    meta = tmp_path / "meta"
+    code, out, _ = run(capsys, "storage", "format", "--cluster-id", CLUSTER, "--node-id", "4",
+                       "--metadata-dir", str(meta), "--no-initial-controllers")
+    assert code == 0 and "joins an existing dynamic quorum" in out
+    assert not (meta / "__cluster_metadata-0" / BOOTSTRAP_CHECKPOINT).exists()
+
+
+def _bootstrap_history(meta: pathlib.Path) -> voter_set.VoterSetHistory:
+    """What the raft core reads from the bootstrap checkpoint `format` wrote."""
+    data = (meta / "__cluster_metadata-0" / BOOTSTRAP_CHECKPOINT).read_bytes()
+    raft_snapshot.read_snapshot_records(messages.OffsetAndEpoch(offset=0, epoch=0), data)
+    history = voter_set.VoterSetHistory(voter_set.VoterSet([]))
+    history.load_snapshot(0, data)
+    return history
 
 
 def test_format_refuses_a_file_and_a_corrupt_meta_properties(

@@ -3,7 +3,9 @@
 Owns :class:`ControllerClient` — calls ControllerService on the active controller,
 found from the raft leader the metadata observer knows, then from NOT_CONTROLLER
 hints (``active_controller``), else by trying the voters of
-``controller.quorum.voters`` in turn, until the call's deadline — and
+``controller.quorum.voters`` in turn, until the call's deadline; with a dynamic quorum
+(KIP-853) the voters are those of the metadata log (:class:`KnownControllers`), so a
+controller added later is reached too — and
 :class:`BrokerLifecycle` (Kafka's BrokerLifecycleManager): BrokerRegistration
 (incarnation id, listeners, rack, log dir ids, features including
 ``metadata.version`` 1..1), a BrokerHeartbeat every ``broker.heartbeat.interval.ms``
@@ -34,7 +36,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -54,10 +56,37 @@ HEARTBEAT_LATE_MS = 100
 scheduled time is logged (``event=heartbeat_late``)."""
 
 
+class KnownControllers(Mapping[int, str]):
+    """Controller id -> ``host:port``: ``controller.quorum.voters`` plus the voters the metadata
+    log names (KIP-853), read at each use. Reads a raft client's immutable voter set, so
+    the lifecycle thread may use it too."""
+
+    def __init__(self, static: Mapping[int, str]) -> None:
+        self._static = dict(static)
+        self._voter_endpoints: Callable[[], Mapping[int, str]] | None = None
+
+    def bind(self, voter_endpoints: Callable[[], Mapping[int, str]]) -> None:
+        self._voter_endpoints = voter_endpoints
+
+    def _current(self) -> dict[int, str]:
+        if self._voter_endpoints is None:
+            return self._static
+        return {**self._static, **self._voter_endpoints()}
+
+    def __getitem__(self, node_id: int) -> str:
+        return self._current()[node_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+
 class ControllerClient:
     """ControllerService calls that follow the active controller. See the module docstring."""
 
-    def __init__(self, voters: dict[int, str], *, raft_leader: Callable[[], int],
+    def __init__(self, voters: Mapping[int, str], *, raft_leader: Callable[[], int],
                  request_timeout_ms: int) -> None:
         self.voters = voters
         self._raft_leader = raft_leader
@@ -78,6 +107,8 @@ class ControllerClient:
             if candidate in self.voters:
                 return candidate
         ids = sorted(self.voters)
+        if not ids:
+            return -1  # a dynamic quorum whose voters the metadata log has not named yet
         self._next = (self._next + 1) % len(ids)
         return ids[self._next]
 
@@ -94,6 +125,9 @@ class ControllerClient:
                 if last is not None:
                     return last
                 raise TimeoutError(f"{method}: no controller answered")
+            if target < 0:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
             try:
                 answer = await getattr(self._stub(target), method)(
                     request, timeout=min(remaining, self.request_timeout_ms / 1000))

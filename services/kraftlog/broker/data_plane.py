@@ -9,7 +9,7 @@ shrinks ISRs.
 Callers: the front doors that translate a wire format into its calls
 (:mod:`kraftlog.broker.server` for gRPC), the replica fetchers (through
 :meth:`DataPlane.dispatch` after follower appends), the group coordinator (its
-``__consumer_offsets`` appends) and :mod:`kraftlog.broker.process` (wiring). Edge
+``__consumer_offsets`` appends) and :mod:`kraftlog.server.broker_server` (wiring). Edge
 module: asyncio and the clock; it knows no wire format (no protobuf, no grpc) and no
 replication rule.
 """

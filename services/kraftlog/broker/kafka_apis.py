@@ -64,8 +64,8 @@ from kraftlog.protocol.generated import (
 )
 
 if TYPE_CHECKING:
-    from kraftlog.broker import group_coordinator_driver as gcd
     from kraftlog.broker import data_plane
+    from kraftlog.broker import group_coordinator_driver as gcd
 
 logger = logging.getLogger(__name__)
 

@@ -73,6 +73,12 @@ class RaftLike(Protocol):
 
     def leader_and_epoch(self) -> tuple[int, int]: ...
 
+    def leader_next_offset(self, epoch: int) -> int | None:
+        """The offset the leader of ``epoch`` appends next (None: not that leader). Raft may
+        have appended control records (KIP-853 VotersRecord) since the controller's last
+        write: they change no controller state, and the next write lands after them."""
+        ...
+
 
 class RecordObserver(Protocol):
     """Watches what the active controller writes (``telemetry.controller_tracing`` implements
@@ -383,6 +389,7 @@ class QuorumController:
         if not self.active:
             event.future.set_exception(self.not_controller())
             return
+        self._skip_raft_control_records()
         next_offset = self.last_written_offset + 1
         now_ms = time.time_ns() // 1_000_000
         try:
@@ -410,6 +417,7 @@ class QuorumController:
                     )
                 )
             return
+        self._skip_raft_control_records()
         next_offset = self.last_written_offset + 1
         values = [self._encode(r) for r in records]
         try:
@@ -434,6 +442,13 @@ class QuorumController:
         self.state.registry.get_or_create_snapshot(last_offset)
         if future is not None:
             self._complete_at(last_offset, future, result.response)
+
+    def _skip_raft_control_records(self) -> None:
+        # Offsets raft gave its own control records (a voter change) since our last write:
+        # no controller state changes there, as at activation (_handle_leader_change).
+        next_offset = self._raft.leader_next_offset(self.epoch)
+        if next_offset is not None and next_offset > self.last_written_offset + 1:
+            self.last_written_offset = next_offset - 1
 
     def _complete_at(self, offset: int, future: asyncio.Future[Any], response: Any) -> None:
         if offset <= self.committed_offset:

@@ -29,6 +29,17 @@ entry of its own epoch is committed, the LeaderChange record that starts every
 epoch, append linger, check-quorum, binary exponential election backoff, and
 KIP-630 snapshot fetching in chunks.
 
+Dynamic voters (KIP-853): the voter set is the latest VotersRecord of the log or
+snapshot, uncommitted included (:class:`~.voter_set.VoterSetHistory`), and reverts when
+a truncation removes it; with none the static ``voters`` apply (kraft.version 0). The
+leader answers AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter one change at a time
+(none while a VotersRecord is uncommitted), adds a voter only once it has caught up
+(fetched to the leader's end within ``controller.quorum.fetch.timeout.ms``), appends the
+whole new set and answers when it commits under the new majority; a leader that removed
+itself resigns once that commits. A voter is (id, directory id): a replaced disk does
+not vote or count as the old voter. An observer with ``auto_join`` adds itself (first
+removing the voter of its id with another directory).
+
 The core owns no thread, socket, clock or protobuf (tests/test_layering.py); the
 module is not named ``client`` so that the layering test checks it.
 """
@@ -42,12 +53,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kraftlog import ids as uuid
 from kraftlog.errors import CorruptRecordError, InvariantViolation, NotLeaderError
 from kraftlog.ids import Epoch, NodeId
 from kraftlog.raft import control_records as cr
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft import messages as m
 from kraftlog.raft import snapshot as snap
+from kraftlog.raft import voter_set as vs
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.error_codes import ErrorCode
 from kraftlog.raft.quorum_state import QuorumState
@@ -81,6 +94,7 @@ class RaftEventKind(enum.Enum):
     RESIGNED = "resigned"
     TRUNCATED = "truncated"
     SNAPSHOT_LOADED = "snapshot_loaded"
+    VOTERS_CHANGED = "voters_changed"
 
 
 _ELECTION_KINDS = frozenset({RaftEventKind.PRE_VOTE_STARTED, RaftEventKind.ELECTION_STARTED,
@@ -177,6 +191,20 @@ class _ParkedFetch:
     epoch: int
 
 
+@dataclass(slots=True, kw_only=True)
+class _PendingVoterChange:
+    """The one voter change a leader is working on (KIP-853 allows one at a time)."""
+
+    request_id: int
+    epoch: int
+    deadline_ms: int
+    new_voters: vs.VoterSet
+    wait_for_voter: tuple[int, uuid.Uuid] | None
+    """Add: the new voter, appended only once it is caught up; None: append at once."""
+    ack_when_committed: bool = True
+    record_offset: int | None = None
+
+
 def binary_exponential_backoff_ms(retries: int, rng: random.Random, max_ms: int) -> int:
     """Random in [0, base * 2^retries), capped (Kafka's binaryExponentialElectionBackoffMs)."""
     if retries < 1:
@@ -198,11 +226,18 @@ class RaftClient:
     def __init__(self, *, node_id: int, voters: Mapping[int, str], cluster_id: str,
                  config: RaftConfig, log: RaftLog, store: QuorumStateStore, rng: random.Random,
                  listener: RaftListener, sink: m.MessageSink, now_ms: int,
-                 on_event: Callable[[RaftEvent], None] | None = None) -> None:
-        if not voters:
-            raise InvariantViolation(f"node {node_id}: empty voter set")
+                 on_event: Callable[[RaftEvent], None] | None = None,
+                 directory_id: uuid.Uuid = m.NO_DIRECTORY, local_endpoint: str = "",
+                 bootstrap_servers: Sequence[int] = (), auto_join: bool = False) -> None:
         self.node_id = NodeId(node_id)
-        self.voter_endpoints = dict(voters)
+        self.directory_id = directory_id
+        self.local_endpoint = local_endpoint
+        self.bootstrap_servers = tuple(bootstrap_servers)
+        """Destinations an observer asks who leads when it knows no voter (Kafka's
+        ``controller.quorum.bootstrap.servers``; the driver maps them to addresses)."""
+        self.auto_join = auto_join
+        self._static_endpoints = dict(voters)
+        self._learned_endpoints: dict[int, str] = {}
         self.cluster_id = cluster_id
         self.config = config
         self.log = log
@@ -210,10 +245,22 @@ class RaftClient:
         self.listener = listener
         self.sink = sink
         self.on_event = on_event
-        self.quorum = QuorumState(local_id=self.node_id, voters=voters.keys(), store=store,
+        self.history = vs.VoterSetHistory(vs.VoterSet.static(voters))
+        self._read_control_records_from_start()
+        if not voters and self.history.latest_offset() is None and not self.bootstrap_servers:
+            raise InvariantViolation(f"node {node_id}: no voters: none configured, none in the "
+                                     "log or a snapshot, and no bootstrap servers")
+        voter_set = self.history.latest()
+        self.quorum = QuorumState(local_id=self.node_id, voters=voter_set.ids(), store=store,
                                   rng=rng, election_timeout_ms=config.election_timeout_ms,
-                                  fetch_timeout_ms=config.fetch_timeout_ms)
+                                  fetch_timeout_ms=config.fetch_timeout_ms,
+                                  static_voters=bool(voters)
+                                  and self.history.latest_offset() is None,
+                                  local_is_voter=voter_set.is_voter(node_id, directory_id))
         self.quorum.initialize(log_end_epoch=log.last_fetched_epoch(), now_ms=now_ms)
+        self._pending_change: _PendingVoterChange | None = None
+        self._change_in_flight_until = 0  # auto-join: our own Add/RemoveRaftVoter
+        self._auto_join_after_ms = 0
         self._in_flight: dict[int, int] = {}
         self._backoff_until: dict[int, int] = {}
         # Sends to each destination that failed (no answer) since its last answer: the pause
@@ -238,6 +285,72 @@ class RaftClient:
         # time in ms since the Unix epoch, as in Kafka. 0 under the simulator.
         self.wall_clock_offset_ms = 0
         self._log_state_change("started", now_ms)
+
+    # -- voter set (KIP-853) -----------------------------------------------------------------
+
+    def endpoint_of(self, node_id: int) -> str:
+        """``host:port`` of a node: the voter set's, one a leader told us, or the static one."""
+        voter = self.history.latest().get(node_id)
+        if voter is not None and voter.endpoint:
+            return voter.endpoint
+        if node_id == self.node_id and self.local_endpoint:
+            return self.local_endpoint
+        return self._learned_endpoints.get(node_id) or self._static_endpoints.get(node_id, "")
+
+    @property
+    def voter_set(self) -> vs.VoterSet:
+        return self.history.latest()
+
+    @property
+    def kraft_version(self) -> int:
+        return self.history.kraft_version()
+
+    def _read_control_records_from_start(self) -> None:
+        log = self.log
+        latest = log.latest_snapshot_id()
+        if latest is not None and latest.offset == log.start_offset:
+            data = log.read_snapshot(latest)
+            if data is not None:
+                self.history.load_snapshot(latest.offset, data)
+        self.history.next_offset = max(self.history.next_offset, log.start_offset)
+        while self.history.next_offset < log.end_offset:
+            data = log.read(self.history.next_offset, self.config.fetch_max_bytes)
+            if not data:
+                break
+            before = self.history.next_offset
+            self.history.scan(data, min_offset=before)
+            if self.history.next_offset <= before:
+                break
+
+    def _apply_voter_set(self, now_ms: int, why: str) -> None:
+        """The latest voter set changed (appended, fetched, truncated away, snapshot)."""
+        if self.quorum.static_voters:
+            if self.quorum.is_voter:
+                self._warn_refused("voters_record_static", now_ms,
+                                   "ignored a VotersRecord: this node runs static voters %s",
+                                   sorted(self.quorum.voters))
+                return
+            # An observer (a broker) configured with controller.quorum.voters in a dynamic
+            # quorum: the log's voter set wins, so it follows leaders the static list lacks.
+            self.quorum.static_voters = False
+        voter_set = self.history.latest()
+        self.quorum.set_voters(voter_set.ids(),
+                               local_is_voter=voter_set.is_voter(self.node_id, self.directory_id))
+        state = self.quorum.state
+        if isinstance(state, es.LeaderState) and state.update_voters(
+                {v.voter_id: v.directory_id for v in voter_set.nodes()},
+                since_offset=self.history.latest_offset() or 0):
+            self._on_leader_high_watermark(state)
+        logger.info("[node=%s epoch=%s] event=voters_changed voters=%s local_is_voter=%s "
+                    "reason=%s", self.node_id, self.epoch, voter_set.describe(),
+                    self.quorum.is_voter, why)
+        self._emit(RaftEventKind.VOTERS_CHANGED, now_ms, f"{voter_set.describe()} ({why})")
+
+    def _may_follow(self, leader_id: int) -> bool:
+        """A peer may name ``leader_id`` leader: a known voter, or any other node once the
+        voters live in the log (this node's set may be stale, as Kafka allows)."""
+        return leader_id >= 0 and leader_id != self.node_id and (
+            leader_id in self.quorum.voters or not self.quorum.static_voters)
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -324,6 +437,7 @@ class RaftClient:
             if (self.role, self.epoch) == (role_before, epoch_before):
                 break
         self._complete_parked_fetches(now_ms)
+        self._fail_stale_voter_change(now_ms)
         self._deliver_committed(now_ms)
         self._maybe_fire_leader_change()
         for deadline in self._in_flight.values():
@@ -333,6 +447,8 @@ class RaftClient:
                 wakeup = min(wakeup, until)
         for parked in self._purgatory.values():
             wakeup = min(wakeup, parked.deadline_ms)
+        if self._pending_change is not None:
+            wakeup = min(wakeup, self._pending_change.deadline_ms)
         return max(wakeup, now_ms + 1) if wakeup <= now_ms else wakeup
 
     def _poll_role(self, now_ms: int) -> int:
@@ -354,7 +470,11 @@ class RaftClient:
         raise InvariantViolation(f"node {self.node_id}: unknown state {state.describe()}")
 
     def poll_leader(self, state: es.LeaderState, now_ms: int) -> int:
-        if len(self.quorum.voters) > 1 and not state.check_quorum(
+        if len(self.quorum.voters) <= 1:
+            # Alone there is no majority to lose; the window starts afresh once a voter is
+            # added (KIP-853), rather than having expired long ago.
+            state.check_quorum_deadline_ms = now_ms + self.config.check_quorum_timeout_ms
+        elif not state.check_quorum(
                 now_ms, check_quorum_timeout_ms=self.config.check_quorum_timeout_ms):
             self._resign(state, [], now_ms, why="check-quorum: no majority fetched within "
                          f"{self.config.check_quorum_timeout_ms} ms")
@@ -367,12 +487,20 @@ class RaftClient:
             self._note_leader_flushed(state, now_ms)
         else:
             self._flush_leader_log(state, now_ms)
+        self._poll_voter_change(state, now_ms)
+        removed_at = self.history.latest_offset()
+        if not self.quorum.is_voter and removed_at is not None \
+                and self.log.high_watermark > removed_at:
+            # KIP-853: a leader that removed itself leads until the change commits, then
+            # hands over to the remaining voters.
+            self._resign(state, state.successors_by_fetch_offset(), now_ms,
+                         why="removed from the voter set")
+            return now_ms
         for voter in self.quorum.remote_voters():
             if voter not in state.acknowledged:
                 self._send(voter, m.BeginQuorumEpochRequest(
                     cluster_id=self.cluster_id, leader_id=self.node_id, leader_epoch=state.epoch,
-                    voter_id=voter,
-                    leader_endpoint=self.voter_endpoints.get(self.node_id, "")), now_ms)
+                    voter_id=voter, leader_endpoint=self.endpoint_of(self.node_id)), now_ms)
         wakeup = state.check_quorum_deadline_ms
         if state.linger_deadline_ms is not None and state.accumulated:
             wakeup = min(wakeup, state.linger_deadline_ms)
@@ -441,12 +569,16 @@ class RaftClient:
 
     def _send_vote_requests(self, election: es.EpochElection, candidate_epoch: int, *,
                             pre_vote: bool, now_ms: int) -> None:
+        voter_set = self.history.latest()
         for voter in sorted(election.unrecorded()):
+            node = voter_set.get(voter)
             self._send(voter, m.VoteRequest(
                 cluster_id=self.cluster_id, candidate_epoch=candidate_epoch,
                 candidate_id=self.node_id, voter_id=voter,
                 last_offset_epoch=self.log.last_fetched_epoch(), last_offset=self.log.end_offset,
-                pre_vote=pre_vote), now_ms)
+                pre_vote=pre_vote, candidate_directory_id=self.directory_id,
+                voter_directory_id=m.NO_DIRECTORY if node is None else node.directory_id),
+                now_ms)
 
     def poll_follower(self, state: es.FollowerState, now_ms: int) -> int:
         if now_ms >= state.fetch_deadline_ms:
@@ -470,6 +602,7 @@ class RaftClient:
         else:
             request = self._fetch_request(state.epoch)
         self._send(state.leader_id_, request, now_ms)
+        self._maybe_auto_join(state, now_ms)
         return state.fetch_deadline_ms
 
     def _fetch_request(self, epoch: int) -> m.FetchRequest:
@@ -477,14 +610,11 @@ class RaftClient:
             cluster_id=self.cluster_id, replica_id=self.node_id, current_leader_epoch=epoch,
             fetch_offset=self.log.end_offset, last_fetched_epoch=self.log.last_fetched_epoch(),
             max_wait_ms=self.config.fetch_max_wait_ms, max_bytes=self.config.fetch_max_bytes,
-            high_watermark=self.log.high_watermark)
+            high_watermark=self.log.high_watermark, replica_directory_id=self.directory_id)
 
     def poll_unattached(self, state: es.UnattachedState, now_ms: int) -> int:
         if state.election_deadline_ms is None:
-            # An observer asks a random voter; the answer names the leader (or a newer epoch).
-            voter = self.rng.choice(sorted(self.quorum.voters))
-            self._send(voter, self._fetch_request(state.epoch), now_ms)
-            return now_ms + self.config.request_timeout_ms
+            return self._poll_observer_without_leader(state, now_ms)
         if now_ms >= state.election_deadline_ms:
             self.quorum.become_prospective(now_ms)
             self._after_transition("election timeout", now_ms)
@@ -492,7 +622,18 @@ class RaftClient:
             return now_ms
         return state.election_deadline_ms
 
+    def _poll_observer_without_leader(self, state: es.EpochState, now_ms: int) -> int:
+        # An observer asks a random voter (or bootstrap server, when it knows no voter yet);
+        # the answer names the leader (or a newer epoch).
+        targets = sorted(v for v in self.quorum.voters if v != self.node_id) \
+            or list(self.bootstrap_servers)
+        if targets:
+            self._send(self.rng.choice(targets), self._fetch_request(state.epoch), now_ms)
+        return now_ms + self.config.request_timeout_ms
+
     def poll_voted(self, state: es.VotedState, now_ms: int) -> int:
+        if not self.quorum.is_voter:
+            return self._poll_observer_without_leader(state, now_ms)  # removed since voting
         if now_ms >= state.election_deadline_ms:
             self.quorum.become_prospective(now_ms)
             self._after_transition("election timeout after voting", now_ms)
@@ -516,18 +657,31 @@ class RaftClient:
     def _become_leader(self, state: es.CandidateState, now_ms: int) -> None:
         granted = sorted(state.election.granted)
         epoch_start = self.log.end_offset
-        leader = self.quorum.become_leader(epoch_start_offset=epoch_start, now_ms=now_ms,
-                                           check_quorum_timeout_ms=self.config.check_quorum_timeout_ms)
+        voter_set = self.history.latest()
+        leader = self.quorum.become_leader(
+            epoch_start_offset=epoch_start, now_ms=now_ms,
+            check_quorum_timeout_ms=self.config.check_quorum_timeout_ms,
+            voter_directories={v.voter_id: v.directory_id for v in voter_set.nodes()})
         # KIP-595: the first entry of every epoch is a LeaderChange control record; committing
         # it commits every older entry before it, which a leader may not do on its own.
         value = cr.encode_leader_change(cr.LeaderChangeMessage(
             leader_id=self.node_id, voters=tuple(sorted(self.quorum.voters)),
             granting_voters=tuple(granted)))
-        batch = rb.build_batch([rb.RecordInput(key=cr.encode_key(cr.ControlRecordType.LEADER_CHANGE),
-                                               value=value,
-                                               timestamp_ms=now_ms + self.wall_clock_offset_ms)],
-                               now_ms=now_ms + self.wall_clock_offset_ms, is_control=True)
+        timestamp_ms = now_ms + self.wall_clock_offset_ms
+        records = [rb.RecordInput(key=cr.encode_key(cr.ControlRecordType.LEADER_CHANGE),
+                                  value=value, timestamp_ms=timestamp_ms)]
+        bootstrap = self.history.latest_offset() == -1
+        if bootstrap:
+            # KIP-853: the voter set still comes from the bootstrap snapshot that `storage
+            # format` wrote, which is never fetched: the first leader copies it into the log,
+            # where observers and new voters read it.
+            records += [r._replace(timestamp_ms=timestamp_ms) for r in
+                        vs.control_batch_records(voter_set, self.history.kraft_version())]
+        batch = rb.build_batch(records, now_ms=timestamp_ms, is_control=True)
         info = self.log.append_as_leader(batch, leader.epoch)
+        if bootstrap:
+            self.history.add_kraft_version(info.last_offset - 1, self.history.kraft_version())
+            self.history.add_voters(info.last_offset, voter_set)
         if info.first_offset != epoch_start:
             raise InvariantViolation(f"node {self.node_id}: LeaderChange landed at "
                                      f"{info.first_offset}, expected {epoch_start}")
@@ -601,13 +755,13 @@ class RaftClient:
         if not isinstance(state, es.LeaderState):
             raise NotLeaderError(f"node {self.node_id} is {state.describe()}, not the leader",
                                  leader_id=self.leader_hint(),
-                                 leader_endpoint=self.voter_endpoints.get(self.leader_hint(), ""))
+                                 leader_endpoint=self.endpoint_of(self.leader_hint()))
         if epoch is not None and epoch != state.epoch:
             # Kafka's prepareAppend(epoch, records): the caller activated in another epoch
             # (e.g. this node led epoch 1 and leads epoch 3 after a poll it did not see).
             raise NotLeaderError(f"node {self.node_id} leads epoch {state.epoch}, not {epoch}",
                                  leader_id=self.node_id,
-                                 leader_endpoint=self.voter_endpoints.get(self.node_id, ""))
+                                 leader_endpoint=self.endpoint_of(self.node_id))
         if not records:
             raise ValueError("propose() needs at least one record")
         values = [bytes(value) for value in records]
@@ -640,8 +794,16 @@ class RaftClient:
             raise InvariantViolation(f"node {self.node_id}: snapshot end offset {end_offset} "
                                      "is not a batch boundary")
         snapshot_id = m.OffsetAndEpoch(offset=end_offset, epoch=batches[0].partition_leader_epoch)
+        control: list[rb.RecordInput] = []
+        if not self.quorum.static_voters:
+            # KIP-853: the snapshot carries the voter set as of its end, so a replica that
+            # starts from it knows the voters without the log before it.
+            control = vs.control_batch_records(
+                self.history.value_at_or_before(end_offset - 1),
+                self.history.kraft_version_at_or_before(end_offset - 1))
         return snap.SnapshotWriter(snapshot_id, now_ms=now_ms,
-                                   last_contained_log_timestamp=last_contained_log_timestamp)
+                                   last_contained_log_timestamp=last_contained_log_timestamp,
+                                   control=control)
 
     def freeze_snapshot(self, writer: snap.SnapshotWriter) -> m.OffsetAndEpoch:
         """Store the snapshot durably, then let the log start advance to it (KIP-630)."""
@@ -668,6 +830,9 @@ class RaftClient:
             return self.handle_fetch_request(source, request, now_ms, request_id)
         if isinstance(request, m.FetchSnapshotRequest):
             return self.handle_fetch_snapshot_request(request, now_ms)
+        if isinstance(request, m.AddRaftVoterRequest | m.RemoveRaftVoterRequest
+                      | m.UpdateRaftVoterRequest):
+            return self.handle_voter_change_request(request, now_ms, request_id)
         return self.handle_describe_quorum_request(now_ms)
 
     def _vote_response(self, error: ErrorCode, granted: bool) -> m.VoteResponse:
@@ -681,8 +846,21 @@ class RaftClient:
         if request.candidate_id == self.node_id:
             # No node asks itself for a vote: granting it would be a vote nobody asked for.
             return self._vote_response(ErrorCode.INVALID_REQUEST, False)
-        if (request.candidate_id not in self.quorum.voters or request.voter_id != self.node_id
-                or not self.quorum.is_voter):
+        if request.voter_id != self.node_id:
+            return self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False)
+        if request.voter_directory_id not in (m.NO_DIRECTORY, self.directory_id):
+            # KIP-853: addressed to another replica of this id (a replaced disk).
+            return self._vote_response(ErrorCode.INVALID_VOTER_KEY, False)
+        candidate = self.history.latest().get(request.candidate_id)
+        # With voters in the log this node may be a voter whose log does not hold its own
+        # addition yet: it votes all the same (KIP-853), when the request names its
+        # directory; a replaced disk has another directory and is refused above.
+        if (self.quorum.static_voters and not self.quorum.is_voter) or (
+                candidate is None and self.quorum.static_voters) or (
+                candidate is not None and not candidate.matches(request.candidate_id,
+                                                                 request.candidate_directory_id)):
+            # With voters in the log an unknown candidate may be a voter this node has not
+            # fetched yet (Kafka grants it too); a known id on another disk is never the voter.
             return self._vote_response(ErrorCode.INCONSISTENT_VOTER_SET, False)
         # A candidate's log never holds its candidate epoch yet (Kafka's isIllegalEpoch; our
         # pre-vote carries epoch + 1 too, so the same strict rule holds for it).
@@ -730,8 +908,8 @@ class RaftClient:
                                 leader_epoch: int, now_ms: int) -> ErrorCode | None:
         if cluster_id != self.cluster_id:
             return ErrorCode.INCONSISTENT_CLUSTER_ID
-        if leader_id not in self.quorum.voters or leader_id == self.node_id \
-                or not self.quorum.is_voter:
+        if not self._may_follow(leader_id) or (self.quorum.static_voters
+                                                and not self.quorum.is_voter):
             return ErrorCode.INCONSISTENT_VOTER_SET
         if leader_epoch < self.epoch:
             return ErrorCode.FENCED_LEADER_EPOCH
@@ -768,7 +946,7 @@ class RaftClient:
                     f"node {self.node_id}: {state.describe()} told that {leader_id} leads the "
                     f"same epoch {epoch} ({why}): two leaders in one epoch")
         self.quorum.become_follower(Epoch(epoch), NodeId(leader_id), now_ms,
-                                    leader_endpoint=self.voter_endpoints.get(leader_id, ""))
+                                    leader_endpoint=self.endpoint_of(leader_id))
         self._after_transition(why, now_ms)
         self._emit(RaftEventKind.LEADER_CHANGE, now_ms, f"leader={leader_id}")
 
@@ -788,7 +966,8 @@ class RaftClient:
                                         now_ms: int) -> m.EndQuorumEpochResponse:
         error = self._validate_voter_request(request.cluster_id, request.leader_id,
                                              request.leader_epoch, now_ms)
-        if error is None and not set(request.preferred_successors) <= self.quorum.voters:
+        if error is None and self.quorum.static_voters \
+                and not set(request.preferred_successors) <= self.quorum.voters:
             error = ErrorCode.INCONSISTENT_VOTER_SET
         if error is None:
             if request.leader_epoch > self.epoch:
@@ -820,8 +999,10 @@ class RaftClient:
         return None
 
     def _fetch_error(self, error: ErrorCode, message: str = "") -> m.FetchResponse:
-        return m.FetchResponse(error_code=error, leader_epoch=self.epoch,
-                               leader_id=self.leader_hint(), error_message=message)
+        leader = self.leader_hint()
+        return m.FetchResponse(error_code=error, leader_epoch=self.epoch, leader_id=leader,
+                               error_message=message,
+                               leader_endpoint=self.endpoint_of(leader) if leader >= 0 else "")
 
     def handle_fetch_request(self, source: int, request: m.FetchRequest, now_ms: int,
                              request_id: int | None = None) -> m.FetchResponse | m.Pending:
@@ -861,7 +1042,9 @@ class RaftClient:
         def answer(**fields: object) -> m.FetchResponse:
             return m.FetchResponse(error_code=ErrorCode.NONE, leader_epoch=state.epoch,
                                    leader_id=self.node_id, high_watermark=log.high_watermark,
-                                   log_start_offset=log.start_offset, **fields)  # type: ignore[arg-type]
+                                   log_start_offset=log.start_offset,
+                                   leader_endpoint=self.endpoint_of(self.node_id),
+                                   **fields)  # type: ignore[arg-type]
 
         if latest is not None and (offset < log.start_offset or (
                 offset == log.start_offset and last_epoch != latest.epoch)):
@@ -879,7 +1062,7 @@ class RaftClient:
                 return answer(diverging_epoch=end)
         state.acknowledged.add(source)
         if state.update_replica_fetch(source, offset, leader_end_offset=log.end_offset,
-                                      now_ms=now_ms):
+                                      now_ms=now_ms, directory_id=request.replica_directory_id):
             self._on_leader_high_watermark(state)
         records = log.read(offset, request.max_bytes)
         return answer(records=records)
@@ -936,7 +1119,7 @@ class RaftClient:
 
         def describe(replica: es.ReplicaState) -> m.ReplicaDescription:
             return m.ReplicaDescription(
-                replica_id=replica.node_id,
+                replica_id=replica.node_id, replica_directory_id=replica.directory_id,
                 log_end_offset=-1 if replica.end_offset is None else replica.end_offset,
                 last_fetch_timestamp=-1 if replica.last_fetch_ms is None else replica.last_fetch_ms,
                 last_caught_up_timestamp=-1 if replica.last_caught_up_ms is None
@@ -947,12 +1130,19 @@ class RaftClient:
             high_watermark=-1 if state.high_watermark is None else state.high_watermark,
             current_voters=tuple(describe(r) for r in state.voters.values()),
             observers=tuple(describe(r) for r in sorted(state.observers.values(),
-                                                        key=lambda r: r.node_id)))
+                                                        key=lambda r: r.node_id)),
+            voter_endpoints=tuple((v, self.endpoint_of(v)) for v in sorted(state.voters)
+                                  if self.endpoint_of(v)),
+            kraft_version=self.history.kraft_version())
 
     # -- inbound responses -------------------------------------------------------------------------
 
     def handle_send_failure(self, destination: int, request: m.RaftRequest, now_ms: int) -> None:
         """The transport could not deliver ``request`` or got no answer in time."""
+        if isinstance(request, m.AddRaftVoterRequest | m.RemoveRaftVoterRequest
+                      | m.UpdateRaftVoterRequest):
+            self._change_in_flight_until = 0  # auto-join retries after its pause
+            return
         self._in_flight.pop(destination, None)
         self._note_send_failure(destination, now_ms)
 
@@ -974,6 +1164,9 @@ class RaftClient:
     def handle_response(self, source: int, request: m.RaftRequest, response: m.RaftResponse,
                         now_ms: int) -> None:
         """``response`` answers ``request``, which we sent to ``source`` (maybe long ago)."""
+        if isinstance(response, m.VoterChangeResponse):
+            self._handle_voter_change_response(request, response, now_ms)
+            return
         self._in_flight.pop(source, None)
         self._send_failures.pop(source, None)
         if isinstance(response, m.VoteResponse) and isinstance(request, m.VoteRequest):
@@ -1003,14 +1196,13 @@ class RaftClient:
         """Learn a newer epoch or this epoch's leader from any response (Kafka's
         maybeHandleCommonResponse). True when the response must not be processed further."""
         if epoch > self.epoch:
-            if leader_id >= 0 and leader_id != self.node_id and leader_id in self.quorum.voters:
+            if self._may_follow(leader_id):
                 self._maybe_follow(leader_id, epoch, now_ms, f"response names leader {leader_id}")
             else:
                 self.quorum.become_unattached(Epoch(epoch), now_ms)
                 self._after_transition(f"response carries epoch {epoch}", now_ms)
             return True
-        if epoch == self.epoch and leader_id >= 0 and leader_id != self.node_id \
-                and leader_id in self.quorum.voters \
+        if epoch == self.epoch and self._may_follow(leader_id) \
                 and self.role in (Role.UNATTACHED, Role.VOTED, Role.PROSPECTIVE, Role.CANDIDATE) \
                 and getattr(self.quorum.state, "leader_id_hint", None) != leader_id:
             if self._conflicting_leader(leader_id, epoch):
@@ -1045,6 +1237,9 @@ class RaftClient:
 
     def _handle_fetch_response(self, source: int, request: m.FetchRequest,
                                response: m.FetchResponse, now_ms: int) -> None:
+        if response.leader_endpoint and response.leader_id >= 0 \
+                and response.leader_id != self.node_id:
+            self._learned_endpoints[response.leader_id] = response.leader_endpoint
         if self._maybe_handle_common_response(response.leader_id, response.leader_epoch, now_ms):
             return
         state = self.quorum.state
@@ -1068,16 +1263,27 @@ class RaftClient:
         else:
             if response.records:
                 try:
+                    # Control records are validated before the append: a leader's VotersRecord
+                    # that does not decode is refused like a corrupt batch, never half-applied.
+                    control = [] if (self.quorum.static_voters and self.quorum.is_voter) \
+                        else vs.read_control_records(response.records,
+                                                     min_offset=self.log.end_offset)[0]
                     self.log.append_as_follower(response.records)
                 except CorruptRecordError as exc:
                     logger.warning("[node=%s epoch=%s] rejected fetched records from %s: %s",
                                    self.node_id, self.epoch, source, exc)
                     self._backoff_until[source] = now_ms + self.config.retry_backoff_ms
                     return
+                # (A static voter ignores VotersRecords anyway: no header walk on its hot path.)
+                self.history.next_offset = max(self.history.next_offset, self.log.end_offset)
+                if self.history.apply(control):
+                    self._apply_voter_set(now_ms, f"fetched from {source}")
                 # A voter flushes before its next Fetch reports the new end offset: the
                 # leader counts it towards the HW. An observer's offset never counts, so it
                 # leaves the fsync to segment rolls and shutdown, as Kafka's appendAsFollower
                 # does: a crash loses at most an unflushed tail, fetched again on restart.
+                # (After the scan: an observer that just fetched its own addition flushes
+                # everything now; the leader counts a new voter only from past that record.)
                 if self.quorum.is_voter:
                     self.log.flush()
             if response.high_watermark >= 0:
@@ -1099,6 +1305,8 @@ class RaftClient:
             return False
         before = self.log.end_offset
         self.log.truncate_to(max(target, self.log.start_offset))
+        if self.history.truncate_new_entries(self.log.end_offset):
+            self._apply_voter_set(now_ms, f"truncated to {self.log.end_offset}")
         self._emit(RaftEventKind.TRUNCATED, now_ms,
                    f"from {before} to {self.log.end_offset} (diverging {diverging})")
         return True
@@ -1136,7 +1344,213 @@ class RaftClient:
             return
         self.log.write_snapshot(snapshot_id, data)
         self.log.reset_to_snapshot(snapshot_id)
+        before = self.history.latest()
+        self.history.load_snapshot(snapshot_id.offset, data)
+        if self.history.latest() != before:
+            self._apply_voter_set(now_ms, f"snapshot {snapshot_id}")
         self._load_snapshot(reader, now_ms)
+
+    # -- voter changes (KIP-853) -------------------------------------------------------------------
+
+    def _voter_change_response(self, error: ErrorCode, message: str = ""
+                               ) -> m.VoterChangeResponse:
+        leader = self.leader_hint()
+        return m.VoterChangeResponse(error_code=error, leader_epoch=self.epoch, leader_id=leader,
+                                     error_message=message,
+                                     leader_endpoint=self.endpoint_of(leader) if leader >= 0
+                                     else "")
+
+    def handle_voter_change_request(self, request: m.VoterChangeRequest, now_ms: int,
+                                    request_id: int | None) -> m.VoterChangeResponse | m.Pending:
+        """AddRaftVoter / RemoveRaftVoter / UpdateRaftVoter, answered by the leader when the
+        change commits (``PENDING`` until then) or with Kafka's error code at once."""
+        answer = self._voter_change_response
+        if request.cluster_id != self.cluster_id:
+            return answer(ErrorCode.INCONSISTENT_CLUSTER_ID,
+                          f"cluster id {request.cluster_id!r} is not {self.cluster_id!r}")
+        if request.voter_id < 0:
+            return answer(ErrorCode.INVALID_REQUEST, f"voter id {request.voter_id} is negative")
+        if request.voter_directory_id in uuid.RESERVED_DIRECTORY_IDS:
+            return answer(ErrorCode.INVALID_REQUEST,
+                          f"voter directory id {request.voter_directory_id} is reserved")
+        if isinstance(request, m.AddRaftVoterRequest | m.UpdateRaftVoterRequest):
+            try:
+                vs.split_endpoint(request.endpoint)
+            except ValueError as exc:
+                return answer(ErrorCode.INVALID_REQUEST, str(exc))
+        if isinstance(request, m.AddRaftVoterRequest) and request.timeout_ms <= 0:
+            return answer(ErrorCode.INVALID_REQUEST, f"timeout_ms {request.timeout_ms}")
+        if isinstance(request, m.UpdateRaftVoterRequest):
+            if request.current_leader_epoch < self.epoch:
+                return answer(ErrorCode.FENCED_LEADER_EPOCH)
+            if request.current_leader_epoch > self.epoch:
+                return answer(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        state = self.quorum.state
+        if not isinstance(state, es.LeaderState):
+            return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is "
+                          f"{state.describe()}")
+        if self.history.kraft_version() < vs.KRAFT_VERSION_DYNAMIC:
+            return answer(ErrorCode.UNSUPPORTED_VERSION, "kraft.version is 0: the voter set "
+                          "is the static controller.quorum.voters (format with --standalone "
+                          "or --initial-controllers for dynamic voters)")
+        pending_at = self.history.latest_offset()
+        if self._pending_change is not None or (
+                pending_at is not None and pending_at >= self.log.high_watermark):
+            return answer(ErrorCode.REQUEST_TIMED_OUT, "another voter change is in progress "
+                          "(one at a time; retry when it has committed)")
+        if state.high_watermark is None:
+            return answer(ErrorCode.REQUEST_TIMED_OUT, "the leader has not committed an entry "
+                          "of its epoch yet; retry")
+        current = self.history.latest()
+        key = (request.voter_id, request.voter_directory_id)
+        wait: tuple[int, uuid.Uuid] | None = None
+        new: vs.VoterSet | None
+        if isinstance(request, m.AddRaftVoterRequest):
+            if request.voter_directory_id == m.NO_DIRECTORY:
+                return answer(ErrorCode.INVALID_REQUEST, "a new voter needs its directory id")
+            new = current.with_voter(vs.VoterNode(voter_id=request.voter_id,
+                                                  directory_id=request.voter_directory_id,
+                                                  endpoint=request.endpoint))
+            if new is None:
+                return answer(ErrorCode.DUPLICATE_VOTER,
+                              f"node {request.voter_id} is already a voter")
+            wait = key
+            timeout_ms = request.timeout_ms
+        elif isinstance(request, m.RemoveRaftVoterRequest):
+            new = current.without_voter(*key)
+            if new is None:
+                return answer(ErrorCode.VOTER_NOT_FOUND, f"no voter {request.voter_id} with "
+                              f"directory {request.voter_directory_id} in {current.describe()}")
+            if not len(new):
+                return answer(ErrorCode.INVALID_REQUEST, "cannot remove the last voter")
+            timeout_ms = self.config.request_timeout_ms
+        else:
+            if not request.min_kraft_version <= self.history.kraft_version() \
+                    <= request.max_kraft_version:
+                return answer(ErrorCode.INVALID_REQUEST, "the voter does not support "
+                              f"kraft.version {self.history.kraft_version()}")
+            new = current.with_updated(vs.VoterNode(
+                voter_id=request.voter_id, directory_id=request.voter_directory_id,
+                endpoint=request.endpoint, min_kraft_version=request.min_kraft_version,
+                max_kraft_version=request.max_kraft_version))
+            if new is None:
+                return answer(ErrorCode.VOTER_NOT_FOUND, f"no voter {request.voter_id} with "
+                              f"directory {request.voter_directory_id}")
+            if new == current:
+                return answer(ErrorCode.NONE)
+            timeout_ms = self.config.request_timeout_ms
+        if request_id is None:
+            return answer(ErrorCode.REQUEST_TIMED_OUT, "this request cannot wait for its commit")
+        self._pending_change = _PendingVoterChange(
+            request_id=request_id, epoch=state.epoch, deadline_ms=now_ms + timeout_ms,
+            new_voters=new, wait_for_voter=wait,
+            ack_when_committed=getattr(request, "ack_when_committed", True))
+        logger.info("[node=%s epoch=%s] event=voter_change_started %s -> %s", self.node_id,
+                    self.epoch, current.describe(), new.describe())
+        self._poll_voter_change(state, now_ms)
+        return m.PENDING
+
+    def _finish_voter_change(self, error: ErrorCode, message: str = "") -> None:
+        change, self._pending_change = self._pending_change, None
+        if change is not None:
+            self.sink.complete(change.request_id, self._voter_change_response(error, message))
+
+    def _poll_voter_change(self, state: es.LeaderState, now_ms: int) -> None:
+        change = self._pending_change
+        if change is None:
+            return
+        if change.record_offset is None:
+            if change.wait_for_voter is not None and not state.is_caught_up(
+                    *change.wait_for_voter, now_ms=now_ms,
+                    max_lag_ms=self.config.fetch_timeout_ms):
+                if now_ms >= change.deadline_ms:
+                    self._finish_voter_change(
+                        ErrorCode.REQUEST_TIMED_OUT, f"voter {change.wait_for_voter[0]} did not "
+                        "catch up with the leader's log in time (is it running and fetching?)")
+                return
+            change.record_offset = self._append_voters_record(state, change.new_voters, now_ms)
+            if not change.ack_when_committed:
+                self._finish_voter_change(ErrorCode.NONE)
+                return
+        if self.log.high_watermark > change.record_offset:
+            self._finish_voter_change(ErrorCode.NONE)
+        elif now_ms >= change.deadline_ms:
+            self._finish_voter_change(ErrorCode.REQUEST_TIMED_OUT, "the new voter set was "
+                                      "appended but has not committed yet")
+
+    def _fail_stale_voter_change(self, now_ms: int) -> None:
+        change = self._pending_change
+        if change is not None and (self.role is not Role.LEADER or self.epoch != change.epoch):
+            self._finish_voter_change(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                      "leadership changed before the voter change committed")
+
+    def _append_voters_record(self, state: es.LeaderState, voters: vs.VoterSet,
+                              now_ms: int) -> int:
+        """Append the whole new voter set (one control record); returns its offset. The new
+        majority counts at once (KIP-853), before the record commits."""
+        current = self.history.latest()
+        if not current.has_overlapping_majority(voters):
+            raise InvariantViolation(f"node {self.node_id}: voter change {current.describe()} "
+                                     f"-> {voters.describe()} is more than one voter")
+        if state.accumulated:
+            self._drain_accumulator(state, now_ms)  # keep the offsets promised to proposals
+        timestamp_ms = now_ms + self.wall_clock_offset_ms
+        batch = rb.build_batch([r._replace(timestamp_ms=timestamp_ms)
+                                for r in vs.control_batch_records(voters, None)],
+                               now_ms=timestamp_ms, is_control=True)
+        info = self.log.append_as_leader(batch, state.epoch)
+        if info.first_offset != state.next_offset:
+            raise InvariantViolation(f"node {self.node_id}: VotersRecord landed at "
+                                     f"{info.first_offset}, expected {state.next_offset}")
+        state.next_offset = info.last_offset + 1
+        self.history.add_voters(info.last_offset, voters)
+        self._apply_voter_set(now_ms, "appended by this leader")
+        return info.last_offset
+
+    def _maybe_auto_join(self, state: es.FollowerState, now_ms: int) -> None:
+        """``controller.quorum.auto.join.enable``: an observer controller adds itself once it
+        is caught up; if its id votes with another directory (a replaced disk), it removes
+        that voter first. A voter whose endpoint in the voter set is not the one it
+        advertises now (it moved) tells the leader with UpdateRaftVoter, as Kafka's do."""
+        own = self.history.latest().get(self.node_id)
+        if self.quorum.is_voter and own is not None and self.local_endpoint \
+                and own.directory_id == self.directory_id and own.endpoint != self.local_endpoint \
+                and now_ms >= max(self._change_in_flight_until, self._auto_join_after_ms):
+            self._change_in_flight_until = now_ms + 2 * self.config.request_timeout_ms
+            self.sink.send(state.leader_id_, m.UpdateRaftVoterRequest(
+                cluster_id=self.cluster_id, current_leader_epoch=state.epoch,
+                voter_id=self.node_id, voter_directory_id=self.directory_id,
+                endpoint=self.local_endpoint, min_kraft_version=vs.KRAFT_VERSION_STATIC,
+                max_kraft_version=vs.KRAFT_VERSION_DYNAMIC))
+            return
+        if not self.auto_join or self.quorum.is_voter \
+                or self.history.kraft_version() < vs.KRAFT_VERSION_DYNAMIC \
+                or self.directory_id == m.NO_DIRECTORY or not self.local_endpoint \
+                or now_ms < max(self._change_in_flight_until, self._auto_join_after_ms) \
+                or self.log.high_watermark == 0:
+            return  # (whether it is caught up is the leader's call: it waits for that)
+        stale = self.history.latest().get(self.node_id)
+        request: m.VoterChangeRequest
+        if stale is not None:
+            request = m.RemoveRaftVoterRequest(cluster_id=self.cluster_id, voter_id=self.node_id,
+                                               voter_directory_id=stale.directory_id)
+        else:
+            request = m.AddRaftVoterRequest(
+                cluster_id=self.cluster_id, timeout_ms=self.config.request_timeout_ms,
+                voter_id=self.node_id, voter_directory_id=self.directory_id,
+                endpoint=self.local_endpoint)
+        self._change_in_flight_until = now_ms + 2 * self.config.request_timeout_ms
+        self.sink.send(state.leader_id_, request)
+
+    def _handle_voter_change_response(self, request: m.RaftRequest,
+                                      response: m.VoterChangeResponse, now_ms: int) -> None:
+        self._change_in_flight_until = 0
+        if response.error_code is not ErrorCode.NONE:
+            # Not caught up yet, another change in progress, ...: try again a little later.
+            self._auto_join_after_ms = now_ms + self.config.fetch_timeout_ms // 2
+            logger.info("[node=%s epoch=%s] event=auto_join_refused request=%s error=%s %s",
+                        self.node_id, self.epoch, type(request).__name__,
+                        response.error_code.name, response.error_message)
 
     # -- listener ------------------------------------------------------------------------------
 

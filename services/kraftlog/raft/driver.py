@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from kraftlog import errors
+from kraftlog import ids as uuid
 from kraftlog.raft import consensus, transport
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft import messages as m
@@ -88,6 +89,20 @@ class SystemClock:
 
     def wall_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DynamicQuorum:
+    """This node's KIP-853 identity and settings (defaults: a static-voters node)."""
+
+    directory_id: uuid.Uuid = m.NO_DIRECTORY
+    """``directory.id`` of the metadata log dir (meta.properties): the voter key's second half."""
+    local_endpoint: str = ""
+    """``host:port`` other controllers reach this node at (its advertised controller listener)."""
+    bootstrap_servers: tuple[str, ...] = ()
+    """``controller.quorum.bootstrap.servers``."""
+    auto_join: bool = False
+    """``controller.quorum.auto.join.enable``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -241,7 +256,9 @@ class RaftDriver:
                  on_status: Callable[[Status], None] | None = None,
                  resign_wait_ms: int = DEFAULT_RESIGN_WAIT_MS,
                  observer: RaftObserver | None = None,
-                 channel_interceptors: Sequence[Any] = ()) -> None:
+                 channel_interceptors: Sequence[Any] = (),
+                 dynamic: DynamicQuorum | None = None) -> None:
+        dynamic = dynamic or DynamicQuorum()
         self.node_id = node_id
         self._observer = observer
         self.clock: Clock = clock or SystemClock()
@@ -264,18 +281,30 @@ class RaftDriver:
         self._flush_in_flight: PendingFlush | None = None
         self._last_role: es.Role | None = None
         # Raises CorruptFileError here for an unreadable quorum-state: before any I/O starts.
+        # controller.quorum.bootstrap.servers get ids -2, -3, ... as in Kafka: an observer
+        # asks them who leads until it knows the voters.
+        self._bootstrap = {-2 - i: address
+                           for i, address in enumerate(dynamic.bootstrap_servers)}
         self.client = consensus.RaftClient(
             node_id=node_id, voters=voters, cluster_id=cluster_id, config=config, log=log,
             store=store, rng=rng or random.Random(), listener=listener, sink=self._sink,
-            now_ms=self.clock.monotonic_ms(), on_event=self._on_event)
+            now_ms=self.clock.monotonic_ms(), on_event=self._on_event,
+            directory_id=dynamic.directory_id, local_endpoint=dynamic.local_endpoint,
+            bootstrap_servers=sorted(self._bootstrap, reverse=True),
+            auto_join=dynamic.auto_join)
         self.client.defer_leader_flush = True
         self.client.wall_clock_offset_ms = self.clock.wall_ms() - self.clock.monotonic_ms()
         self._last_role = self.client.role
         self.status = self._current_status()
         self.peers = transport.RaftPeers(
-            {v: e for v, e in voters.items() if v != node_id}, self,
+            self._resolve_endpoint, self,
             request_timeout_ms=config.request_timeout_ms,
             retry_backoff_ms=config.retry_backoff_ms, interceptors=channel_interceptors)
+
+    def _resolve_endpoint(self, destination: int) -> str:
+        if destination == self.node_id:
+            return ""
+        return self._bootstrap.get(destination) or self.client.endpoint_of(destination)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -379,6 +408,14 @@ class RaftDriver:
                                      epoch=epoch)
         self._wake_owner()
         return offset
+
+    def leader_next_offset(self, epoch: int) -> int | None:
+        """The offset this node appends next as leader of ``epoch``; None if it is not. Safe
+        from any task on the loop (reads only; no task holds the core across an await)."""
+        state = self.client.quorum.state
+        if not isinstance(state, es.LeaderState) or state.epoch != epoch:
+            return None
+        return state.next_offset
 
     async def propose(self, records: Sequence[bytes]) -> int:
         """Queue records on the leader; returns the last one's offset (NotLeaderError if not)."""

@@ -19,10 +19,11 @@ here does I/O, reads a clock or draws randomness.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from kraftlog import ids as uuid
 from kraftlog.ids import Epoch, NodeId
-from kraftlog.raft.messages import OffsetAndEpoch
+from kraftlog.raft.messages import NO_DIRECTORY, OffsetAndEpoch
 from kraftlog.raft.quorum_state_store import ElectionState
 
 
@@ -184,6 +185,8 @@ class ReplicaState:
     """What a leader knows about one replica's fetching (DescribeQuorum reports it)."""
 
     __slots__ = (
+        "counts_after",
+        "directory_id",
         "end_offset",
         "is_voter",
         "last_caught_up_ms",
@@ -192,9 +195,14 @@ class ReplicaState:
         "node_id",
     )
 
-    def __init__(self, node_id: int, *, is_voter: bool) -> None:
+    def __init__(self, node_id: int, *, is_voter: bool,
+                 directory_id: uuid.Uuid = NO_DIRECTORY) -> None:
         self.node_id = node_id
         self.is_voter = is_voter
+        self.directory_id = directory_id
+        # KIP-853: a voter added at offset X counts towards the HW only with a fetch offset
+        # past X: its fetches as an observer reported offsets it had not flushed.
+        self.counts_after = -1
         self.end_offset: int | None = None
         self.last_fetch_ms: int | None = None
         self.last_caught_up_ms: int | None = None
@@ -224,24 +232,32 @@ class LeaderState(EpochState):
     Invariants: ``high_watermark`` is ``None`` until a majority of voters holds
     ``epoch_start_offset + 1`` (the LeaderChange record of this epoch, KIP-595:
     a leader may not advance the HW over entries of older epochs on their own)
-    and never decreases afterwards.
+    and never decreases afterwards. ``voters`` is the latest voter set of the log
+    (KIP-853: a change counts from its append, before it commits); the leader itself
+    may be missing from it after it appended its own removal, and then its own
+    progress (``local``) no longer counts. Observers are keyed by (id, directory id),
+    so a replica whose disk was replaced never moves its old voter's progress.
     """
 
     __slots__ = ("accumulated", "accumulated_bytes", "acknowledged", "check_quorum_deadline_ms",
                  "epoch_start_offset",
-                 "fetched_voters", "high_watermark", "linger_deadline_ms", "local_id",
+                 "fetched_voters", "high_watermark", "linger_deadline_ms", "local", "local_id",
                  "next_offset", "observers", "voters")
     role = Role.LEADER
 
     def __init__(self, epoch: Epoch, *, local_id: NodeId, voters: Iterable[int],
-                 epoch_start_offset: int, check_quorum_deadline_ms: int) -> None:
+                 epoch_start_offset: int, check_quorum_deadline_ms: int,
+                 voter_directories: Mapping[int, uuid.Uuid] | None = None) -> None:
         super().__init__(epoch)
         self.local_id = local_id
         self.epoch_start_offset = epoch_start_offset
         self.high_watermark: int | None = None
+        directories = voter_directories or {}
         self.voters: dict[int, ReplicaState] = {
-            v: ReplicaState(v, is_voter=True) for v in sorted(voters)}
-        self.observers: dict[int, ReplicaState] = {}
+            v: ReplicaState(v, is_voter=True, directory_id=directories.get(v, NO_DIRECTORY))
+            for v in sorted(voters)}
+        self.local = self.voters.get(local_id) or ReplicaState(local_id, is_voter=False)
+        self.observers: dict[tuple[int, uuid.Uuid], ReplicaState] = {}
         self.check_quorum_deadline_ms = check_quorum_deadline_ms
         self.fetched_voters: set[int] = set()
         # Proposed values waiting for the linger timer; they are promised the offsets
@@ -259,25 +275,69 @@ class LeaderState(EpochState):
     def leader_id(self) -> NodeId | None:
         return self.local_id
 
-    def replica(self, node_id: int) -> ReplicaState:
+    def replica(self, node_id: int, directory_id: uuid.Uuid = NO_DIRECTORY) -> ReplicaState:
+        """The voter ``node_id`` if ``directory_id`` is its directory (or either names none),
+        else the observer (``node_id``, ``directory_id``), created on first use."""
         state = self.voters.get(node_id)
+        if state is not None and (directory_id == NO_DIRECTORY
+                                  or state.directory_id in (NO_DIRECTORY, directory_id)):
+            return state
+        key = (node_id, directory_id)
+        state = self.observers.get(key)
         if state is None:
-            state = self.observers.get(node_id)
-            if state is None:
-                state = self.observers[node_id] = ReplicaState(node_id, is_voter=False)
+            state = self.observers[key] = ReplicaState(node_id, is_voter=False,
+                                                       directory_id=directory_id)
         return state
 
+    def is_caught_up(self, node_id: int, directory_id: uuid.Uuid, *, now_ms: int,
+                     max_lag_ms: int) -> bool:
+        """Whether that replica reached the leader's end offset within ``max_lag_ms`` (KIP-853:
+        a voter is added only once it is caught up, so adding it cannot stall commits)."""
+        state = self.observers.get((node_id, directory_id)) or self.voters.get(node_id)
+        if state is None or (state.directory_id != directory_id):
+            return False
+        return state.last_caught_up_ms is not None \
+            and now_ms - state.last_caught_up_ms <= max_lag_ms
+
+    def update_voters(self, voters: Mapping[int, uuid.Uuid], *, since_offset: int) -> bool:
+        """Switch to a new voter set (id -> directory id) recorded at ``since_offset``, keeping
+        what is known of each replica's progress (a new voter's counts only past that
+        offset); True when the HW advanced under the new majority."""
+        old_voters = self.voters
+        new: dict[int, ReplicaState] = {}
+        for node_id, directory in sorted(voters.items()):
+            state = old_voters.get(node_id)
+            if state is None or state.directory_id != directory:
+                state = self.observers.pop((node_id, directory), None) \
+                    or ReplicaState(node_id, is_voter=True, directory_id=directory)
+                state.counts_after = since_offset
+            state.is_voter = True
+            new[node_id] = state
+        for node_id, state in old_voters.items():
+            if new.get(node_id) is not state:
+                state.is_voter = False
+                self.observers[(node_id, state.directory_id)] = state
+        if self.local_id in new:
+            new[self.local_id] = self.local
+            self.local.is_voter = True
+            self.observers.pop((self.local_id, self.local.directory_id), None)
+        else:
+            self.observers.pop((self.local_id, self.local.directory_id), None)
+        self.voters = new
+        self.fetched_voters &= set(new)
+        return self.maybe_advance_high_watermark()
+
     def update_local_end_offset(self, end_offset: int, now_ms: int) -> bool:
-        local = self.voters[self.local_id]
+        local = self.local
         local.end_offset = end_offset
         local.last_fetch_ms = now_ms
         local.last_caught_up_ms = now_ms
         return self.maybe_advance_high_watermark()
 
     def update_replica_fetch(self, node_id: int, fetch_offset: int, *, leader_end_offset: int,
-                             now_ms: int) -> bool:
+                             now_ms: int, directory_id: uuid.Uuid = NO_DIRECTORY) -> bool:
         """Record a follower's Fetch; returns True when the HW advanced."""
-        replica = self.replica(node_id)
+        replica = self.replica(node_id, directory_id)
         replica.update_fetch(fetch_offset, leader_end_offset=leader_end_offset, now_ms=now_ms)
         if replica.is_voter:
             self.fetched_voters.add(node_id)
@@ -290,7 +350,10 @@ class LeaderState(EpochState):
         Returns True when it moved. It never moves backwards: a voter that
         restarted and reports a smaller fetch offset cannot un-commit anything.
         """
-        offsets = sorted((r.end_offset if r.end_offset is not None else -1
+        if not self.voters:
+            return False
+        offsets = sorted((r.end_offset if r.end_offset is not None
+                          and r.end_offset > r.counts_after else -1
                           for r in self.voters.values()), reverse=True)
         candidate = offsets[majority_size(len(offsets)) - 1]
         if candidate <= self.epoch_start_offset:
@@ -302,7 +365,8 @@ class LeaderState(EpochState):
 
     def check_quorum(self, now_ms: int, *, check_quorum_timeout_ms: int) -> bool:
         """True while a majority fetched within the window (KIP-595 check-quorum)."""
-        if len(self.fetched_voters | {self.local_id}) >= majority_size(len(self.voters)):
+        counted = self.fetched_voters | ({self.local_id} & self.voters.keys())
+        if len(counted) >= majority_size(len(self.voters)):
             self.fetched_voters.clear()
             self.check_quorum_deadline_ms = now_ms + check_quorum_timeout_ms
             return True

@@ -1,4 +1,4 @@
-"""The error codes of the raft RPCs (KIP-595, KIP-630): Kafka's, from :mod:`kraftlog.error_codes`.
+"""The error codes of the raft RPCs (KIP-595, KIP-630, KIP-853): Kafka's, from :mod:`kraftlog.error_codes`.
 
 :data:`RAFT_ERROR_CODES` are the ones a raft RPC may answer with; the transport
 treats any other code in a raft response as a malformed answer rather than
@@ -24,6 +24,10 @@ RAFT_ERROR_CODES = frozenset({
     ErrorCode.POSITION_OUT_OF_RANGE,
     ErrorCode.INCONSISTENT_CLUSTER_ID,
     ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.UNSUPPORTED_VERSION,
+    ErrorCode.INVALID_VOTER_KEY,
+    ErrorCode.DUPLICATE_VOTER,
+    ErrorCode.VOTER_NOT_FOUND,
 })
 
 __all__ = ["RAFT_ERROR_CODES", "ErrorCode"]

@@ -1,5 +1,6 @@
 """The raft RPCs as plain values (KIP-595 Vote/BeginQuorumEpoch/EndQuorumEpoch/Fetch,
-KIP-630 FetchSnapshot, DescribeQuorum; KIP-996 pre-vote).
+KIP-630 FetchSnapshot, DescribeQuorum; KIP-996 pre-vote; KIP-853 Add/Remove/UpdateRaftVoter
+and the directory ids that make a voter's key).
 
 Field names follow Kafka's JSON message definitions, in snake case. The core
 consumes and produces only these; the gRPC transport (an edge module) maps them
@@ -17,9 +18,12 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
+from kraftlog import ids as uuid
 from kraftlog.raft.error_codes import ErrorCode
 
 NO_ID = -1
+NO_DIRECTORY = uuid.ZERO_UUID
+"""A directory id that names none (static voters, peers before KIP-853)."""
 NO_EPOCH = -1
 
 
@@ -45,6 +49,8 @@ class VoteRequest:
     last_offset_epoch: int
     last_offset: int
     pre_vote: bool = False
+    voter_directory_id: uuid.Uuid = NO_DIRECTORY
+    candidate_directory_id: uuid.Uuid = NO_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +108,9 @@ class FetchRequest:
     high_watermark: int = -1
     """The fetcher's known HW (KIP-1166): a leader with a newer HW answers at once instead of
     parking the fetch, so followers learn commits one round trip sooner. -1: unknown."""
+    replica_directory_id: uuid.Uuid = NO_DIRECTORY
+    """The fetcher's metadata log directory id (KIP-853): its progress counts for a voter
+    only when this is the voter's directory."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +124,9 @@ class FetchResponse:
     diverging_epoch: OffsetAndEpoch | None = None
     snapshot_id: OffsetAndEpoch | None = None
     error_message: str = ""
+    leader_endpoint: str = ""
+    """``host:port`` of the leader named in ``leader_id`` (KIP-853 NodeEndpoints), "" unknown:
+    an observer that learned the leader from a bootstrap server fetches from it next."""
 
 
 # -- FetchSnapshot (KIP-630) ----------------------------------------------------------------
@@ -154,6 +166,7 @@ class ReplicaDescription:
     log_end_offset: int
     last_fetch_timestamp: int
     last_caught_up_timestamp: int
+    replica_directory_id: uuid.Uuid = NO_DIRECTORY
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,12 +178,61 @@ class DescribeQuorumResponse:
     current_voters: tuple[ReplicaDescription, ...] = ()
     observers: tuple[ReplicaDescription, ...] = ()
     error_message: str = ""
+    voter_endpoints: tuple[tuple[int, str], ...] = ()
+    """(voter id, ``host:port``) of the voters whose endpoint is known (KIP-853 Nodes)."""
+    kraft_version: int = 0
+    """The leader's ``kraft.version``: 0 static voters, 1 voters in the log."""
 
+
+# -- Add/Remove/UpdateRaftVoter (KIP-853) -------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddRaftVoterRequest:
+    cluster_id: str
+    timeout_ms: int
+    voter_id: int
+    voter_directory_id: uuid.Uuid
+    endpoint: str
+    """``host:port`` of the new voter's controller listener."""
+    ack_when_committed: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoveRaftVoterRequest:
+    cluster_id: str
+    voter_id: int
+    voter_directory_id: uuid.Uuid
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateRaftVoterRequest:
+    cluster_id: str
+    current_leader_epoch: int
+    voter_id: int
+    voter_directory_id: uuid.Uuid
+    endpoint: str
+    min_kraft_version: int
+    max_kraft_version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoterChangeResponse:
+    """The answer to AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter (the same fields)."""
+
+    error_code: ErrorCode
+    leader_epoch: int
+    leader_id: int
+    error_message: str = ""
+    leader_endpoint: str = ""
+
+
+VoterChangeRequest = AddRaftVoterRequest | RemoveRaftVoterRequest | UpdateRaftVoterRequest
 
 RaftRequest = (VoteRequest | BeginQuorumEpochRequest | EndQuorumEpochRequest | FetchRequest
-               | FetchSnapshotRequest | DescribeQuorumRequest)
+               | FetchSnapshotRequest | DescribeQuorumRequest | AddRaftVoterRequest
+               | RemoveRaftVoterRequest | UpdateRaftVoterRequest)
 RaftResponse = (VoteResponse | BeginQuorumEpochResponse | EndQuorumEpochResponse | FetchResponse
-                | FetchSnapshotResponse | DescribeQuorumResponse)
+                | FetchSnapshotResponse | DescribeQuorumResponse | VoterChangeResponse)
 
 
 class Pending(enum.Enum):

@@ -28,9 +28,15 @@ the ids involved::
     any        -> Unattached    learned of a higher epoch (Vote, Fetch, Begin/EndQuorumEpoch)
     any        -> Follower      learned the leader of an epoch >= ours
 
-Observers (not in ``controller.quorum.voters``) only ever move between
-Unattached and Follower: Follower -> Unattached (same epoch) on fetch timeout,
-so they go back to asking the voters who leads.
+Observers (not in the voter set) only ever move between Unattached and Follower:
+Follower -> Unattached (same epoch) on fetch timeout, so they go back to asking the
+voters who leads. With voters in the log (KIP-853, ``static_voters=False``) the set
+changes under a running node (:meth:`QuorumState.set_voters`), but only while it
+follows or leads, the roles whose log moves; a node restarted as an observer keeps a
+vote it granted as a voter (Voted -> Unattached/Follower as for voters), so it can
+never vote twice in that epoch should it be added back. In that mode a leader or
+candidate need not be in this node's (maybe stale) voter set, as in Kafka, and the
+quorum-state file records no voters.
 
 A durable transition writes the new :class:`ElectionState` to the store first
 and switches in memory only after the write returned; a crash between the two
@@ -46,10 +52,10 @@ only from the injected ``random.Random``.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from kraftlog.errors import InvariantViolation
-from kraftlog.ids import Epoch, NodeId
+from kraftlog.ids import Epoch, NodeId, Uuid
 from kraftlog.raft import epoch_state as es
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.quorum_state_store import (
@@ -90,9 +96,21 @@ TRANSITIONS: dict[tuple[Role, Role], frozenset[str]] = {
 
 OBSERVER_TRANSITIONS: dict[tuple[Role, Role], frozenset[str]] = {
     (Role.UNATTACHED, Role.UNATTACHED): frozenset({_HIGHER}),
+    # KIP-853: a node whose log does not show it as a voter yet may be one (its addition
+    # is not fetched yet): asked by a candidate by its id and directory, it votes.
+    (Role.UNATTACHED, Role.VOTED): frozenset({_SAME}),
+    (Role.VOTED, Role.UNATTACHED): frozenset({_HIGHER}),
+    (Role.VOTED, Role.FOLLOWER): frozenset({_SAME, _HIGHER}),
     (Role.UNATTACHED, Role.FOLLOWER): frozenset({_SAME, _HIGHER}),
     (Role.FOLLOWER, Role.UNATTACHED): frozenset({_SAME, _HIGHER}),
     (Role.FOLLOWER, Role.FOLLOWER): frozenset({_HIGHER}),
+    # A leader that appended its own removal (KIP-853) leads on as an observer until the
+    # change commits, then resigns.
+    (Role.LEADER, Role.RESIGNED): frozenset({_SAME}),
+    (Role.LEADER, Role.UNATTACHED): frozenset({_HIGHER}),
+    (Role.LEADER, Role.FOLLOWER): frozenset({_HIGHER}),
+    (Role.RESIGNED, Role.UNATTACHED): frozenset({_HIGHER}),
+    (Role.RESIGNED, Role.FOLLOWER): frozenset({_HIGHER}),
 }
 
 
@@ -110,9 +128,13 @@ class QuorumState:
     """The role of ``local_id`` among ``voters``; see the module docstring for the table."""
 
     def __init__(self, *, local_id: NodeId, voters: Iterable[int], store: QuorumStateStore,
-                 rng: random.Random, election_timeout_ms: int, fetch_timeout_ms: int) -> None:
+                 rng: random.Random, election_timeout_ms: int, fetch_timeout_ms: int,
+                 static_voters: bool = True, local_is_voter: bool | None = None) -> None:
         self.local_id = local_id
         self.voters = frozenset(voters)
+        self.static_voters = static_voters
+        self._local_is_voter = (local_id in self.voters) if local_is_voter is None \
+            else local_is_voter
         self._store = store
         self._rng = rng
         self._election_timeout_ms = election_timeout_ms
@@ -137,7 +159,26 @@ class QuorumState:
 
     @property
     def is_voter(self) -> bool:
-        return self.local_id in self.voters
+        return self._local_is_voter
+
+    def set_voters(self, voters: Iterable[int], *, local_is_voter: bool) -> None:
+        """The voter set changed (KIP-853: a VotersRecord appended, fetched or truncated
+        away). Only a Leader or Follower's log moves, so only they see a change; the
+        caller adjusts the leader's replica states."""
+        if self.static_voters:
+            raise InvariantViolation(f"node {self.local_id}: the static voter set "
+                                     f"{sorted(self.voters)} cannot change")
+        state = self.state
+        if not isinstance(state, es.LeaderState | es.FollowerState):
+            raise InvariantViolation(f"node {self.local_id}: voter set changed while "
+                                     f"{state.describe()}")
+        self.voters = frozenset(voters)
+        self._local_is_voter = local_is_voter
+
+    def _persisted_voters(self) -> frozenset[int]:
+        # With voters in the log the file records none (Kafka's data_version 1 drops them):
+        # a changed set must not make the node refuse its own file at restart.
+        return self.voters if self.static_voters else frozenset()
 
     def leader_id(self) -> NodeId | None:
         return self.state.leader_id()
@@ -160,10 +201,10 @@ class QuorumState:
         restarted candidate comes back Prospective still holding its own vote.
         """
         existing = self._store.read()
-        if existing is not None:
+        if existing is not None and self.static_voters:
             check_configured_voters(existing, self.voters, source=self._store.describe())
-        stored = existing or ElectionState(epoch=Epoch(0), voters=self.voters)
-        if not self.is_voter and stored.voted_id is not None:
+        stored = existing or ElectionState(epoch=Epoch(0), voters=self._persisted_voters())
+        if not self.is_voter and stored.voted_id is not None and self.static_voters:
             raise InvariantViolation(
                 f"node {self.local_id} is not among voters {sorted(self.voters)} but "
                 f"{self._store.describe()} records a vote for {stored.voted_id} in epoch "
@@ -189,7 +230,13 @@ class QuorumState:
                                      fetch_deadline_ms=now_ms + self._fetch_timeout_ms)
         else:
             state = self._unattached(stored.epoch, now_ms)
-        new_election = state.election_state(self.voters)
+        if not self.is_voter and isinstance(state, es.ResignedState | es.ProspectiveState):
+            # A leader or candidate removed from the voter set before it restarted: it
+            # keeps the epoch (and its own vote), as an observer.
+            state = (es.VotedState(stored.epoch, voted_id=self.local_id,
+                                   election_deadline_ms=self.random_election_deadline_ms(now_ms))
+                     if stored.voted_id == self.local_id else self._unattached(stored.epoch, now_ms))
+        new_election = state.election_state(self._persisted_voters())
         if new_election != existing:
             self._store.write(new_election)
         self._state = state
@@ -215,8 +262,8 @@ class QuorumState:
 
     def _switch(self, new: es.EpochState) -> None:
         """Persist first, then switch in memory (crash between them is safe)."""
-        election = new.election_state(self.voters)
-        old_election = self.state.election_state(self.voters)
+        election = new.election_state(self._persisted_voters())
+        old_election = self.state.election_state(self._persisted_voters())
         if election != old_election:
             if election.epoch < old_election.epoch:
                 raise InvariantViolation(
@@ -237,7 +284,8 @@ class QuorumState:
         return new
 
     def become_voted(self, epoch: Epoch, candidate_id: NodeId, now_ms: int) -> es.VotedState:
-        if candidate_id == self.local_id or candidate_id not in self.voters:
+        if candidate_id == self.local_id or (self.static_voters
+                                             and candidate_id not in self.voters):
             raise InvariantViolation(
                 f"node {self.local_id}: cannot grant a vote to {candidate_id} in epoch {epoch}; "
                 f"voters are {sorted(self.voters)}")
@@ -291,7 +339,8 @@ class QuorumState:
         return new
 
     def become_leader(self, *, epoch_start_offset: int, now_ms: int,
-                      check_quorum_timeout_ms: int) -> es.LeaderState:
+                      check_quorum_timeout_ms: int,
+                      voter_directories: Mapping[int, Uuid] | None = None) -> es.LeaderState:
         current = self.state
         self._check(Role.LEADER, current.epoch, "won election")
         if not isinstance(current, es.CandidateState) or not current.election.is_granted():
@@ -300,13 +349,14 @@ class QuorumState:
                 f"without a granted majority of {sorted(self.voters)}")
         new = es.LeaderState(current.epoch, local_id=self.local_id, voters=self.voters,
                              epoch_start_offset=epoch_start_offset,
-                             check_quorum_deadline_ms=now_ms + check_quorum_timeout_ms)
+                             check_quorum_deadline_ms=now_ms + check_quorum_timeout_ms,
+                             voter_directories=voter_directories)
         self._switch(new)
         return new
 
     def become_follower(self, epoch: Epoch, leader_id: NodeId, now_ms: int, *,
                         leader_endpoint: str = "") -> es.FollowerState:
-        if leader_id == self.local_id or leader_id not in self.voters:
+        if leader_id == self.local_id or (self.static_voters and leader_id not in self.voters):
             raise InvariantViolation(
                 f"node {self.local_id}: cannot follow {leader_id} in epoch {epoch}; voters are "
                 f"{sorted(self.voters)}")

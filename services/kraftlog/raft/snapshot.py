@@ -5,8 +5,10 @@ whose last contained entry has epoch ``epoch``, is stored as
 ``<20-digit end offset>-<10-digit epoch>.checkpoint`` (Kafka's naming; a
 partial one as ``.checkpoint.part``, a deleted one as ``.checkpoint.deleted``).
 Its bytes are RecordBatch v2 batches: a control batch holding one
-SNAPSHOT_HEADER record, the data batches, and a control batch holding one
-SNAPSHOT_FOOTER record. Batches are numbered from offset 0 inside the file.
+SNAPSHOT_HEADER record, with kraft.version 1 a control batch holding the
+KRaftVersion and Voters records of the snapshot's end (KIP-853), the data batches,
+and a control batch holding one SNAPSHOT_FOOTER record. Batches are numbered from
+offset 0 inside the file.
 
 Callers: the raft client (creates a :class:`SnapshotWriter` for the state
 machine, validates fetched snapshots with :func:`read_snapshot_records`), the
@@ -31,6 +33,7 @@ PARTIAL_SUFFIX = ".checkpoint.part"
 DELETED_SUFFIX = ".checkpoint.deleted"
 _NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 MAX_RECORDS_PER_BATCH = 1000
+_VOTER_CONTROL = frozenset({cr.ControlRecordType.KRAFT_VERSION, cr.ControlRecordType.KRAFT_VOTERS})
 
 
 def snapshot_file_name(snapshot_id: OffsetAndEpoch) -> str:
@@ -55,7 +58,7 @@ class SnapshotWriter:
     """
 
     def __init__(self, snapshot_id: OffsetAndEpoch, *, last_contained_log_timestamp: int,
-                 now_ms: int) -> None:
+                 now_ms: int, control: Sequence[rb.RecordInput] = ()) -> None:
         self.snapshot_id = snapshot_id
         self._now_ms = now_ms
         self._next_offset = 0
@@ -63,6 +66,14 @@ class SnapshotWriter:
         self._built = False
         self._append_control(cr.ControlRecordType.SNAPSHOT_HEADER, cr.encode_snapshot_header(
             cr.SnapshotHeader(last_contained_log_timestamp=last_contained_log_timestamp)))
+        if control:
+            # KRaftVersion + Voters (KIP-853): a replica that starts from this snapshot
+            # learns the voter set from it.
+            self._parts.append(rb.build_batch(
+                [r._replace(timestamp_ms=now_ms) for r in control],
+                base_offset=self._next_offset, partition_leader_epoch=snapshot_id.epoch,
+                now_ms=now_ms, is_control=True))
+            self._next_offset += len(control)
 
     def _append_control(self, record_type: cr.ControlRecordType, value: bytes) -> None:
         self._parts.append(rb.build_batch(
@@ -123,7 +134,10 @@ def read_snapshot_records(snapshot_id: OffsetAndEpoch, data: bytes) -> SnapshotR
     values: list[bytes] = []
     for index, batch in enumerate(batches[1:-1], start=1):
         if batch.is_control:
-            raise CorruptRecordError(f"snapshot {where}: unexpected control batch {index}")
+            kinds = {cr.decode_key(r.key) for r in batch.records}
+            if index != 1 or not kinds <= _VOTER_CONTROL:
+                raise CorruptRecordError(f"snapshot {where}: unexpected control batch {index}")
+            continue
         values.extend(r.value or b"" for r in batch.records)
     return SnapshotReader(snapshot_id=snapshot_id,
                           last_contained_log_timestamp=decoded_header.last_contained_log_timestamp,

@@ -8,8 +8,8 @@ Fetch. Invalid input is answered with an error response, never an exception
 UNAVAILABLE (a transport failure). Undecodable bytes, unexpected exceptions and the
 calls still open at shutdown are :mod:`kraftlog.rpc_guard`'s, which
 :func:`create_server` puts in front of every method. KIP-853's
-Add/Remove/UpdateRaftVoter answer UNSUPPORTED_VERSION: the voter set is the
-static ``controller.quorum.voters``.
+Add/Remove/UpdateRaftVoter are validated like the rest (:mod:`.convert`) and answered by
+the core when the change commits (UNSUPPORTED_VERSION while ``kraft.version`` is 0).
 
 Client side, :class:`RaftPeers` implements ``send(destination, request)``: one
 channel per peer, created on first use and reused; each call runs as its own
@@ -149,6 +149,8 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
         except DriverStoppedError:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "raft driver is stopping")
             raise AssertionError("unreachable: abort raises") from None
+        if isinstance(response, m.VoterChangeResponse):
+            return convert.voter_change_response_to_proto(type(request), response)
         return convert.response_to_proto(response)
 
     async def Vote(self, request: raft_pb2.VoteRequest, context: Any) -> raft_pb2.VoteResponse:
@@ -182,27 +184,17 @@ class RaftServicer(raft_pb2_grpc.RaftServiceServicer):
                              context: Any) -> raft_pb2.DescribeQuorumResponse:
         return cast(raft_pb2.DescribeQuorumResponse, await self._serve(request, context))
 
-    def _unsupported(self, rpc: str) -> tuple[common_pb2.Error, common_pb2.LeaderHint]:
-        leader_id, epoch = self.handler.leader_and_epoch() if self.handler else (-1, -1)
-        return (common_pb2.Error(code=common_pb2.UNSUPPORTED_VERSION,
-                                 message=f"{rpc}: dynamic voters (KIP-853) are not supported; "
-                                         "the voter set is controller.quorum.voters"),
-                common_pb2.LeaderHint(leader_id=leader_id, leader_epoch=epoch))
-
     async def AddRaftVoter(self, request: raft_pb2.AddRaftVoterRequest,
                            context: Any) -> raft_pb2.AddRaftVoterResponse:
-        error, hint = self._unsupported("AddRaftVoter")
-        return raft_pb2.AddRaftVoterResponse(error=error, current_leader=hint)
+        return cast(raft_pb2.AddRaftVoterResponse, await self._serve(request, context))
 
     async def RemoveRaftVoter(self, request: raft_pb2.RemoveRaftVoterRequest,
                               context: Any) -> raft_pb2.RemoveRaftVoterResponse:
-        error, hint = self._unsupported("RemoveRaftVoter")
-        return raft_pb2.RemoveRaftVoterResponse(error=error, current_leader=hint)
+        return cast(raft_pb2.RemoveRaftVoterResponse, await self._serve(request, context))
 
     async def UpdateRaftVoter(self, request: raft_pb2.UpdateRaftVoterRequest,
                               context: Any) -> raft_pb2.UpdateRaftVoterResponse:
-        error, hint = self._unsupported("UpdateRaftVoter")
-        return raft_pb2.UpdateRaftVoterResponse(error=error, current_leader=hint)
+        return cast(raft_pb2.UpdateRaftVoterResponse, await self._serve(request, context))
 
 
 def create_server(servicer: RaftServicer, *, interceptors: Sequence[Any] = (),
@@ -231,17 +223,27 @@ def _method(stub: Any, request: m.RaftRequest) -> Callable[..., Awaitable[Any]]:
         return stub.Fetch  # type: ignore[no-any-return]
     if isinstance(request, m.FetchSnapshotRequest):
         return stub.FetchSnapshot  # type: ignore[no-any-return]
+    if isinstance(request, m.AddRaftVoterRequest):
+        return stub.AddRaftVoter  # type: ignore[no-any-return]
+    if isinstance(request, m.RemoveRaftVoterRequest):
+        return stub.RemoveRaftVoter  # type: ignore[no-any-return]
+    if isinstance(request, m.UpdateRaftVoterRequest):
+        return stub.UpdateRaftVoter  # type: ignore[no-any-return]
     return stub.DescribeQuorum  # type: ignore[no-any-return]
 
 
 class RaftPeers:
     """The client half: ``send`` to a node id, outcome to ``sink``. One owner (the driver)."""
 
-    def __init__(self, endpoints: Mapping[int, str], sink: ResponseSink, *,
+    def __init__(self, endpoints: Mapping[int, str] | Callable[[int], str], sink: ResponseSink, *,
                  request_timeout_ms: int, retry_backoff_ms: int,
                  max_reconnect_backoff_ms: int = DEFAULT_MAX_RECONNECT_BACKOFF_MS,
                  interceptors: Sequence[Any] = ()) -> None:
-        self._endpoints = dict(endpoints)
+        # A voter set in the log (KIP-853) changes under us: resolve at each new channel,
+        # and move a destination whose address changed to a new channel.
+        self._resolve: Callable[[int], str] = endpoints if callable(endpoints) \
+            else dict(endpoints).get  # type: ignore[assignment]
+        self._targets: dict[int, str] = {}
         self._interceptors = list(interceptors) or None
         self._sink = sink
         self._timeout_s = request_timeout_ms / 1000
@@ -258,10 +260,20 @@ class RaftPeers:
 
     def _stub(self, destination: int) -> raft_pb2_grpc.RaftServiceStub | None:
         stub = self._stubs.get(destination)
+        target = self._resolve(destination) or None
+        if stub is not None and target is not None and target != self._targets.get(destination):
+            old = self._channels.pop(destination)
+            del self._stubs[destination]
+            for call in self._idle_streams.pop(destination, []):
+                call.cancel()
+            task = asyncio.get_running_loop().create_task(old.close())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            stub = None
         if stub is None:
-            target = self._endpoints.get(destination)
             if target is None:
                 return None
+            self._targets[destination] = target
             channel = rpc.aio_channel(target, options=self._options,
                                       interceptors=self._interceptors)
             self._channels[destination] = channel

@@ -151,8 +151,9 @@ BROKER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="process.roles", type=_L, default=None, required=True,
                       doc="must contain 'broker' ('broker,controller': combined mode, kraftlog server)",
                       validator=kconfig.one_of("controller", "broker")),
-    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
-                      doc="the controller voter set, id@host:port,..."),
+    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default="",
+                      doc="the controller voter set, id@host:port,...; with a dynamic quorum "
+                          "(KIP-853) leave empty and set controller.quorum.bootstrap.servers"),
     kconfig.ConfigKey(name="listeners", type=_L, default=None, required=True,
                       doc="NAME://host:port,...; each broker listener is served (Metadata on it names "
                           "its listener's endpoints) and registered"),
@@ -513,7 +514,11 @@ class BrokerServer:
             resources.callback(shared.broker_done)
         if "broker" not in cfg.get_list("process.roles"):
             raise errors.ConfigError("process.roles must contain 'broker' for 'kraftlog broker'")
-        voters = parse_voters(cfg.get_str("controller.quorum.voters"))
+        voters_text = cfg.get_str("controller.quorum.voters")
+        voters = parse_voters(voters_text) if voters_text.strip() else {}
+        if not voters and not cfg.get_list("controller.quorum.bootstrap.servers"):
+            raise errors.ConfigError("set controller.quorum.voters or (dynamic quorum, KIP-853) "
+                                     "controller.quorum.bootstrap.servers")
         if node_id in voters and shared is None:
             raise errors.ConfigError(f"node.id {node_id} is a controller voter; a broker must use "
                                      "an id outside controller.quorum.voters (or run both roles "
@@ -606,8 +611,9 @@ class BrokerServer:
         reconciler = rc.Reconciler(broker_id=node_id, manager=manager, store=logs)
 
         settings = shared_server.raft_config(cfg)
+        controllers = controller_client.KnownControllers(voters)
         client = self.client = controller_client.ControllerClient(
-            voters, raft_leader=lambda: loader.leader_id,
+            controllers, raft_leader=lambda: loader.leader_id,
             request_timeout_ms=settings.request_timeout_ms)
         lifecycle = self.lifecycle = controller_client.BrokerLifecycle(
             client, broker_id=node_id, cluster_id=cluster_id, incarnation_id=random_uuid(),
@@ -652,7 +658,10 @@ class BrokerServer:
                                      config=settings, log=raft_log, store=store, listener=loader,
                                      channel_interceptors=(
                                          grpc_tracing.client_interceptors(tracer.tracer)
-                                         if tracer.enabled else ()))
+                                         if tracer.enabled else ()),
+                                     dynamic=driver.DynamicQuorum(bootstrap_servers=tuple(
+                                         cfg.get_list("controller.quorum.bootstrap.servers")
+                                         or ())))
         else:
             shared.register_listener(loader)
             published = await shared.wait_published()
@@ -660,6 +669,13 @@ class BrokerServer:
                 return  # the process stops before the controller started raft: wait() answers 0
             raft = published
         self.raft = raft
+        raft_client = raft.client
+        controllers.bind(lambda: raft_client.voter_set.endpoints())
+        # The AdminService on each listener finds the controllers the metadata log names.
+        admin_settings = admin_service.AdminSettings(
+            bootstrap_controllers=tuple(dict.fromkeys(
+                [*voters.values(), *(cfg.get_list("controller.quorum.bootstrap.servers") or ())])),
+            voters=controllers, request_timeout_ms=settings.request_timeout_ms)
 
         # Combined mode: the controller's endpoint serves the process; no second one.
         metrics_port = cfg.get_int("kraftlog.metrics.port") if shared is None else 0
@@ -695,9 +711,7 @@ class BrokerServer:
                 tracer.tracer if tracer.enabled else None,
                 self.broker_metrics.observe_request if self.broker_metrics is not None else None),
             server_tls=server_tls)
-        self.admin_locator = admin_service.serve_on(grpc_server, admin_service.AdminSettings(
-            bootstrap_controllers=tuple(voters.values()), voters=voters,
-            request_timeout_ms=settings.request_timeout_ms), interceptors=(
+        self.admin_locator = admin_service.serve_on(grpc_server, admin_settings, interceptors=(
                 grpc_tracing.client_interceptors(tracer.tracer) if tracer.enabled else ()))
         health = self.health = health_server.ServerHealth(
             grpc_server, service=BROKER_SERVICE_NAME, reflected=(admin_service.SERVICE_NAME,))
@@ -710,9 +724,7 @@ class BrokerServer:
                 log_dirs=[str(d) for d in log_dirs], ready=lambda: lifecycle.ready,
                 producer_ids=self._allocate_producer_id, groups=groups,
                 broker_identity=tls.identities(cfg)[0], observe_request=observe_request),
-            admin_service.AdminSettings(bootstrap_controllers=tuple(voters.values()),
-                                        voters=voters,
-                                        request_timeout_ms=settings.request_timeout_ms),
+            admin_settings,
             lambda name: tls.listener_tls(cfg, name))
         if registry is not None:
             try:

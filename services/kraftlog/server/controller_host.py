@@ -214,6 +214,9 @@ class _RaftProxy:
     def leader_and_epoch(self) -> tuple[int, int]:
         return self._raft().leader_and_epoch()
 
+    def leader_next_offset(self, epoch: int) -> int | None:
+        return self._raft().leader_next_offset(epoch)
+
 
 class ControllerHost:
     """Everything a quorum member runs besides raft itself."""
@@ -243,6 +246,12 @@ class ControllerHost:
         # Spans for elections, ISR changes, fencing and reassignments (None: tracing off).
         self.record_tracer = controller_tracing.observer(node_id, cluster_id=cluster_id)
 
+    def endpoint_of(self, node: int) -> str:
+        """A controller's ``host:port``: the raft voter set's (KIP-853), else the static one."""
+        if self.raft is not None:
+            return self.raft.client.endpoint_of(node) or self.voters.get(node, "")
+        return self.voters.get(node, "")
+
     def _new_state(self) -> ControllerState:
         return ControllerState(self.config)
 
@@ -254,7 +263,7 @@ class ControllerHost:
         self.controller = driver.QuorumController(
             node_id=self.node_id, state_factory=self._new_state, raft=_RaftProxy(self),
             encode=self.records.encode, decode=self.records.decode_at,
-            endpoint_of=lambda node: self.voters.get(node, ""),
+            endpoint_of=self.endpoint_of,
             on_activate=self._on_activate, observer=self.record_tracer)
         return self.controller.raft_listener(also=[_CountingLoader(self.loader, self._books)])
 
@@ -263,7 +272,7 @@ class ControllerHost:
         self.raft = raft
         assert self.controller is not None
         servicer = server.ControllerServicer(self.controller, cluster_id=self.cluster_id,
-                                             endpoint_of=lambda node: self.voters.get(node, ""),
+                                             endpoint_of=self.endpoint_of,
                                              broker_identity=self.broker_identity)
         server.add_to_server(servicer, grpc_server)
 

@@ -12,6 +12,13 @@ serves RaftService and the gRPC health service on the ``CONTROLLER`` listener
 and runs the :class:`~.driver.RaftDriver` until SIGTERM/SIGINT, on which a
 leader resigns gracefully (KIP-595) before the process exits 0.
 
+A dynamic quorum (KIP-853: a metadata dir formatted with ``--standalone``,
+``--initial-controllers`` or ``--no-initial-controllers``) leaves
+``controller.quorum.voters`` empty and sets ``controller.quorum.bootstrap.servers``; the
+voter set then comes from the log, this node's voter key is its ``node.id`` and the
+``directory.id`` of its metadata dir, and ``controller.quorum.auto.join.enable`` makes it
+add itself once caught up.
+
 Health (``grpc.health.v1``, service "" and ``kraftlog.v1.RaftService``) is
 SERVING while the node knows a leader (itself included), NOT_SERVING otherwise;
 "caught-up" (the Helm chart's readiness probe) while it also leads, or its log reaches
@@ -48,6 +55,7 @@ from typing import Any
 
 from kraftlog import config as kconfig
 from kraftlog import errors, health_server, rpc, rpc_guard
+from kraftlog.ids import ZERO_UUID
 from kraftlog.raft import consensus, driver, listeners, transport
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.epoch_state import Role
@@ -57,7 +65,7 @@ from kraftlog.security import config as security_config
 from kraftlog.security import tls
 from kraftlog.server import controller_host as controller_process
 from kraftlog.server import shared_server
-from kraftlog.storage import log_dir_lock
+from kraftlog.storage import log_dir_lock, meta_properties
 from kraftlog.telemetry import controller_metrics, grpc_tracing, metrics, raft_tracing, tracing
 from kraftlog.telemetry import logging as log_setup
 
@@ -82,8 +90,16 @@ CONTROLLER_CONFIG = kconfig.ConfigDef([
     kconfig.ConfigKey(name="process.roles", type=_L, default=None, required=True,
                       doc="must contain 'controller' ('broker,controller': combined mode, kraftlog server)",
                       validator=kconfig.one_of("controller", "broker")),
-    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default=None, required=True,
-                      doc="the static voter set, id@host:port,..."),
+    kconfig.ConfigKey(name="controller.quorum.voters", type=_S, default="",
+                      doc="the static voter set, id@host:port,... (kraft.version 0); leave "
+                          "empty for a dynamic quorum (KIP-853, voters in the log)"),
+    kconfig.ConfigKey(name="controller.quorum.bootstrap.servers", type=_L, default=None,
+                      doc="host:port,... of controllers to ask who leads, for a dynamic quorum "
+                          "(KIP-853) when this node knows no voter yet"),
+    kconfig.ConfigKey(name="controller.quorum.auto.join.enable", type=kconfig.ConfigType.BOOLEAN,
+                      default=False,
+                      doc="an observer controller adds itself to the voters once caught up "
+                          "(KIP-853), first removing its own id on another directory"),
     kconfig.ConfigKey(name="listeners", type=_L, default=None, required=True,
                       doc="NAME://host:port,...; the controller serves on its "
                           "controller.listener.names listener"),
@@ -151,6 +167,19 @@ def controller_listener(cfg: kconfig.Config) -> str:
                              f"(controller.listener.names={','.join(names)})")
 
 
+def advertised_endpoint(cfg: kconfig.Config, listen: str) -> str:
+    """Where other controllers reach this one (KIP-853 voter endpoint): the controller
+    listener's entry in ``advertised.listeners``, else the listen address unless it is a
+    wildcard."""
+    names = cfg.get_list("controller.listener.names") or ["CONTROLLER"]
+    for entry in cfg.get_list("advertised.listeners") or []:
+        name, sep, address = entry.partition("://")
+        if sep and name == names[0]:
+            return address
+    host = listen.rpartition(":")[0]
+    return "" if host in ("0.0.0.0", "::", "[::]") else listen
+
+
 # -- the server -------------------------------------------------------------------------------------
 
 async def serve(cfg: kconfig.Config, *, shared: shared_server.SharedServer | None = None) -> int:
@@ -198,10 +227,17 @@ class ControllerServer:
         if "controller" not in cfg.get_list("process.roles"):
             raise errors.ConfigError("process.roles must contain 'controller' for "
                                      "'kraftlog controller'")
-        voters = parse_voters(cfg.get_str("controller.quorum.voters"))
-        if node_id not in voters:
+        voters_text = cfg.get_str("controller.quorum.voters")
+        voters = parse_voters(voters_text) if voters_text.strip() else {}
+        bootstrap = cfg.get_list("controller.quorum.bootstrap.servers") or []
+        if not voters and not bootstrap:
+            raise errors.ConfigError("set controller.quorum.voters (static voters) or "
+                                     "controller.quorum.bootstrap.servers (dynamic voters, "
+                                     "KIP-853)")
+        if voters and node_id not in voters:
             raise errors.ConfigError(f"node.id {node_id} is not in controller.quorum.voters "
-                                     f"{sorted(voters)}; observers are not supported here yet")
+                                     f"{sorted(voters)}; for a dynamic quorum leave it empty "
+                                     "and set controller.quorum.bootstrap.servers")
         settings = shared_server.raft_config(cfg)
         listen = controller_listener(cfg)
         listener_name = (cfg.get_list("controller.listener.names") or ["CONTROLLER"])[0]
@@ -209,6 +245,9 @@ class ControllerServer:
         rpc.configure_client(tls.node_client_tls(cfg, [listener_name]))
         directory = shared_server.metadata_dir(cfg)
         cluster_id = shared_server.check_storage(directory, node_id)
+        props = meta_properties.read(directory)
+        directory_id = props.directory_id if props is not None and props.directory_id is not None \
+            else ZERO_UUID
         partition_dir = directory / METADATA_PARTITION_DIR
         store = qss.FileQuorumStateStore(partition_dir / qss.QUORUM_STATE_FILE_NAME,
                                          cluster_id=cluster_id)
@@ -270,7 +309,11 @@ class ControllerServer:
             node_id=node_id, voters=voters, cluster_id=cluster_id, config=settings, log=log,
             store=store, clock=clock, listener=listener, on_status=status_q.put_nowait,
             observer=raft_tracer, channel_interceptors=(
-                grpc_tracing.client_interceptors(tracer.tracer) if tracer.enabled else ()))
+                grpc_tracing.client_interceptors(tracer.tracer) if tracer.enabled else ()),
+            dynamic=driver.DynamicQuorum(
+                directory_id=directory_id, local_endpoint=advertised_endpoint(cfg, listen),
+                bootstrap_servers=tuple(bootstrap),
+                auto_join=cfg.get_bool("controller.quorum.auto.join.enable")))
         raft_metrics.set_status(role=raft.status.role.value, epoch=raft.status.epoch,
                                 leader_id=raft.status.leader_id)
         host.bind(raft, server)

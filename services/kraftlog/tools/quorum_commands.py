@@ -13,6 +13,19 @@ Kafka's names with a lower-case first letter (``leaderId``, ``logEndOffset``: th
 lowerCamelCase of every ``--output json``, :mod:`kraftlog.cli_conventions`).
 ``--bootstrap-controller`` defaults to ``$KRAFTLOG_BOOTSTRAP_CONTROLLER``.
 
+``--status`` also prints ``KRaftVersion`` (0: static voters, 1: voters in the log, KIP-853)
+and ``--replication`` a ``DirectoryId`` column, as Kafka 3.9's tool does.
+
+``kraftlog quorum add-controller --config controller.properties`` and
+``kraftlog quorum remove-controller --controller-id N --controller-directory-id ID``
+(both with ``--bootstrap-controller``) are kafka-metadata-quorum.sh's: AddRaftVoter takes
+the new controller's node id, the ``directory.id`` of its formatted metadata log dir and
+its advertised controller endpoint from its own config, and must reach a leader that sees
+it caught up (it has to be running and fetching); both answer once the new voter set has
+committed, and a refusal prints Kafka's error name (DUPLICATE_VOTER, VOTER_NOT_FOUND,
+UNSUPPORTED_VERSION for static voters, REQUEST_TIMED_OUT, ...). Sent to any controller,
+they follow the leader hint.
+
 ``kraftlog quorum history --metadata-dir DIR`` reads a node's metadata log offline
 (read-only; the node may be running or stopped) and prints the epochs and leaders it
 records (:mod:`.quorum_history`).
@@ -37,12 +50,15 @@ import grpc
 import grpc.aio
 
 from kraftlog import cli_conventions as conventions
+from kraftlog import config as kconfig
 from kraftlog import errors, rpc
 from kraftlog import ids as topic_partition
+from kraftlog import ids as uuid
 from kraftlog.admin import quorum_history
+from kraftlog.raft import convert, transport
 from kraftlog.raft import snapshot as raft_snapshot
-from kraftlog.raft import transport
-from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2
+from kraftlog.storage import meta_properties
+from kraftlog.v1 import common_pb2, controller_pb2, controller_pb2_grpc, raft_pb2, raft_pb2_grpc
 
 METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 DEFAULT_TIMEOUT_MS = 5000
@@ -224,12 +240,17 @@ def status_fields(description: QuorumDescription) -> dict[str, Any]:
         "MaxFollowerLagTimeMs": max_lag_time_ms,
         "CurrentVoters": voters,
         "CurrentObservers": observers,
+        "KRaftVersion": answer.kraft_version,
     }
 
 
 def json_names(fields: dict[str, Any]) -> dict[str, Any]:
     """Kafka's names (``LeaderId``) as JSON keys: lower-case first letter (``leaderId``)."""
-    return {key[:1].lower() + key[1:]: value for key, value in fields.items()}
+    return {_JSON_NAMES.get(key, key[:1].lower() + key[1:]): value
+            for key, value in fields.items()}
+
+
+_JSON_NAMES = {"KRaftVersion": "kraftVersion"}
 
 
 def status_json(description: QuorumDescription) -> dict[str, Any]:
@@ -256,7 +277,10 @@ def replication_rows(description: QuorumDescription) -> list[dict[str, Any]]:
     leader_end = _leader_end_offset(answer)
 
     def row(replica: Replica, status: str) -> dict[str, Any]:
-        return {"NodeId": replica.replica_id, "LogEndOffset": replica.log_end_offset,
+        directory = uuid.Uuid.from_bits(replica.replica_directory_id.most_significant_bits,
+                                        replica.replica_directory_id.least_significant_bits)
+        return {"NodeId": replica.replica_id, "DirectoryId": str(directory),
+                "LogEndOffset": replica.log_end_offset,
                 "Lag": 0 if status == "Leader" else max(0, leader_end - replica.log_end_offset),
                 "LastFetchTimestamp": replica.last_fetch_timestamp,
                 "LastCaughtUpTimestamp": replica.last_caught_up_timestamp, "Status": status}
@@ -268,7 +292,7 @@ def replication_rows(description: QuorumDescription) -> list[dict[str, Any]]:
     return rows
 
 
-REPLICATION_COLUMNS = ("NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp",
+REPLICATION_COLUMNS = ("NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp",
                        "LastCaughtUpTimestamp", "Status")
 
 
@@ -342,6 +366,154 @@ def run_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- add-controller / remove-controller (KIP-853) -------------------------------------------------
+
+class VoterChangeRefusedError(errors.KraftlogError):
+    """The leader refused a voter change; the message names Kafka's error code."""
+
+
+_VOTER_CHANGE_RETRIABLE = {common_pb2.NOT_LEADER_OR_FOLLOWER, common_pb2.REQUEST_TIMED_OUT}
+_ALREADY_DONE = {common_pb2.DUPLICATE_VOTER, common_pb2.VOTER_NOT_FOUND}
+
+
+async def change_voters(targets: Sequence[str], request: convert.ProtoVoterChangeRequest, *,
+                        timeout_ms: int) -> bool:
+    """Send ``request`` to the quorum leader (following NOT_LEADER_OR_FOLLOWER hints across
+    ``targets``, retrying REQUEST_TIMED_OUT: a change in progress, a voter still catching
+    up) until ``timeout_ms``. True: done; False: a retry found it already done
+    (DUPLICATE_VOTER / VOTER_NOT_FOUND after an attempt whose answer was lost or that timed
+    out; the caller checks the voter set)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_ms / 1000
+    queue = list(targets)
+    last = "no controller answered"
+    retried = False
+    while True:
+        for target in list(queue):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = raft_pb2_grpc.RaftServiceStub(channel)
+                method = (stub.AddRaftVoter if isinstance(request, raft_pb2.AddRaftVoterRequest)
+                          else stub.RemoveRaftVoter)
+                try:
+                    answer = await method(request, timeout=remaining)
+                except grpc.aio.AioRpcError as exc:
+                    last = f"{target}: {exc.code().name}"
+                    # The leader may have applied it and the answer been lost.
+                    retried = retried or exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+                    continue
+            code = answer.error.code
+            if code == common_pb2.NONE:
+                return True
+            name = common_pb2.ErrorCode.Name(code)
+            if retried and code in _ALREADY_DONE:
+                return False
+            # A timed-out change may still commit; NOT_LEADER_OR_FOLLOWER applied nothing.
+            retried = retried or code == common_pb2.REQUEST_TIMED_OUT
+            if code not in _VOTER_CHANGE_RETRIABLE:
+                raise VoterChangeRefusedError(
+                    f"{name}: {answer.error.message or 'refused'} (from {target})")
+            last = f"{target}: {name}"
+            hint = answer.current_leader
+            if hint.HasField("endpoint") and hint.endpoint.host:
+                leader = _endpoint_text(hint.endpoint)
+                if leader != target:
+                    queue = [leader, *(t for t in queue if t != leader)]
+                    break
+        if loop.time() >= deadline:
+            raise QuorumUnavailableError(f"no quorum leader accepted the change within "
+                                         f"{timeout_ms} ms (last: {last})")
+        await asyncio.sleep(RETRY_BACKOFF_S)
+
+
+def controller_identity(config_path: str, overrides: Sequence[str]) -> tuple[int, uuid.Uuid, str]:
+    """(node.id, directory.id, advertised controller endpoint) of a controller, read from
+    its config and its formatted metadata log dir, as kafka-metadata-quorum reads them."""
+    # Imported here: the controller's config definition pulls in the whole process.
+    from kraftlog.server import controller_server as controller_commands
+    from kraftlog.server import shared_server
+
+    cfg = kconfig.load(controller_commands.CONTROLLER_CONFIG, config_path, list(overrides))
+    node_id = cfg.get_int("node.id")
+    directory = shared_server.metadata_dir(cfg)
+    props = meta_properties.read(directory)
+    if props is None or props.directory_id is None:
+        raise errors.ConfigError(f"{directory} is not formatted (no meta.properties with a "
+                                 "directory.id); run 'kraftlog storage format "
+                                 "--no-initial-controllers' for this controller first")
+    endpoint = controller_commands.advertised_endpoint(
+        cfg, controller_commands.controller_listener(cfg))
+    if not endpoint:
+        raise errors.ConfigError("the controller listens on a wildcard address: set "
+                                 "advertised.listeners=CONTROLLER://host:port")
+    return node_id, props.directory_id, endpoint
+
+
+def run_add_controller(args: argparse.Namespace) -> int:
+    if args.timeout_ms <= 0:
+        raise errors.ConfigError(f"--timeout-ms must be positive, got {args.timeout_ms}")
+    targets = bootstrap_targets(args.bootstrap_controller)
+    node_id, directory_id, endpoint = controller_identity(args.config, args.override or ())
+    request = raft_pb2.AddRaftVoterRequest(
+        voter_id=node_id, voter_directory_id=convert.uuid_to_proto(directory_id),
+        listeners=convert.endpoint_to_proto(endpoint), timeout_ms=args.timeout_ms,
+        ack_when_committed=True)
+    cluster = _cluster_id_of(args.config, args.override or ())
+    request.cluster_id = cluster
+    if not asyncio.run(change_voters(targets, request, timeout_ms=args.timeout_ms)):
+        _check_voter(targets, node_id, directory_id, present=True, timeout_ms=args.timeout_ms)
+    print(f"Added controller {node_id} with directory id {directory_id} and endpoint "
+          f"CONTROLLER://{endpoint}")
+    return 0
+
+
+def _check_voter(targets: Sequence[str], node_id: int, directory_id: uuid.Uuid, *,
+                 present: bool, timeout_ms: int) -> None:
+    """After a retry was answered "already done": make sure that is so for this very voter
+    (id and directory), not another controller with the same id."""
+    answer = asyncio.run(describe(targets, timeout_ms=timeout_ms)).answer
+    found = any(v.replica_id == node_id
+                and convert.uuid_from_proto(v.replica_directory_id) == directory_id
+                for v in answer.current_voters)
+    if found != present:
+        raise VoterChangeRefusedError(
+            f"{'DUPLICATE_VOTER' if present else 'VOTER_NOT_FOUND'}: node {node_id} "
+            f"{'votes with another directory' if present else 'is not a voter'}")
+
+
+def _cluster_id_of(config_path: str, overrides: Sequence[str]) -> str:
+    from kraftlog.server import controller_server as controller_commands
+    from kraftlog.server import shared_server
+
+    cfg = kconfig.load(controller_commands.CONTROLLER_CONFIG, config_path, list(overrides))
+    props = meta_properties.read(shared_server.metadata_dir(cfg))
+    return "" if props is None else props.cluster_id
+
+
+def run_remove_controller(args: argparse.Namespace) -> int:
+    if args.timeout_ms <= 0:
+        raise errors.ConfigError(f"--timeout-ms must be positive, got {args.timeout_ms}")
+    if args.controller_id < 0:
+        raise errors.ConfigError(f"--controller-id {args.controller_id} is negative")
+    try:
+        directory_id = uuid.parse_uuid(args.controller_directory_id)
+    except ValueError as exc:
+        raise errors.ConfigError(f"--controller-directory-id: {exc}") from None
+    targets = bootstrap_targets(args.bootstrap_controller)
+    description = asyncio.run(describe(targets, timeout_ms=args.timeout_ms))
+    request = raft_pb2.RemoveRaftVoterRequest(
+        cluster_id=description.cluster_id, voter_id=args.controller_id,
+        voter_directory_id=convert.uuid_to_proto(directory_id))
+    if not asyncio.run(change_voters([description.leader_endpoint, *targets], request,
+                                     timeout_ms=args.timeout_ms)):
+        _check_voter(targets, args.controller_id, directory_id, present=False,
+                     timeout_ms=args.timeout_ms)
+    print(f"Removed controller {args.controller_id} with directory id {directory_id}")
+    return 0
+
+
 def run_history(args: argparse.Namespace) -> int:
     history = read_history(pathlib.Path(args.metadata_dir))
     if _wants_json(args):
@@ -357,7 +529,8 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: Any) -> None:
-    """Add ``quorum describe|history`` to the ``kraftlog`` command (see :mod:`kraftlog.tools.cli`)."""
+    """Add ``quorum describe|history|add-controller|remove-controller`` to the ``kraftlog``
+    command (see :mod:`kraftlog.tools.cli`)."""
     quorum = subparsers.add_parser(
         "quorum", help="describe the controller quorum, or its leader history",
         description="Look at the KRaft controller quorum (like kafka-metadata-quorum.sh).")
@@ -389,3 +562,33 @@ def register(subparsers: Any) -> None:
                       help="the controller's metadata.log.dir (or its __cluster_metadata-0)")
     _output_options(hist)
     hist.set_defaults(func=run_history)
+    add = sub.add_parser(
+        "add-controller", help="add a running controller to the voters (KIP-853)",
+        description="Add the controller that --config describes (node.id, the directory.id "
+                    "of its formatted metadata dir, its advertised controller endpoint) to a "
+                    "dynamic quorum. It must be running and caught up; the command returns "
+                    "when the new voter set has committed.")
+    add.add_argument("--bootstrap-controller", default=None, metavar="HOST:PORT[,...]",
+                     help="controllers of the quorum (default: "
+                          f"${conventions.BOOTSTRAP_CONTROLLER_ENV})")
+    add.add_argument("--config", "--command-config", required=True, metavar="FILE",
+                     help="the new controller's server.properties")
+    add.add_argument("--override", action="append", metavar="KEY=VALUE",
+                     help="a property overriding the file; repeatable")
+    add.add_argument("--timeout-ms", type=int, default=30_000, metavar="MS",
+                     help="give up after this long (default 30000)")
+    add.set_defaults(func=run_add_controller)
+    remove = sub.add_parser(
+        "remove-controller", help="remove a controller from the voters (KIP-853)",
+        description="Remove the voter (--controller-id, --controller-directory-id) from a "
+                    "dynamic quorum; returns when the new voter set has committed. A leader "
+                    "that removes itself resigns then.")
+    remove.add_argument("--bootstrap-controller", default=None, metavar="HOST:PORT[,...]",
+                        help="controllers of the quorum (default: "
+                             f"${conventions.BOOTSTRAP_CONTROLLER_ENV})")
+    remove.add_argument("--controller-id", type=int, required=True, metavar="ID")
+    remove.add_argument("--controller-directory-id", required=True, metavar="DIRECTORY_ID",
+                        help="the voter's directory id (quorum describe --replication shows it)")
+    remove.add_argument("--timeout-ms", type=int, default=30_000, metavar="MS",
+                        help="give up after this long (default 30000)")
+    remove.set_defaults(func=run_remove_controller)

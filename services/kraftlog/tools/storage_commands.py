@@ -4,7 +4,8 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
 ``kafka-storage.sh`` (StorageTool) and ``kafka-dump-log.sh`` (DumpLogSegments):
 
 * ``kraftlog storage format --cluster-id ID --node-id N --data-dir DIR ...
-  [--metadata-dir DIR] [--initial-controllers ... | --standalone --controller-endpoint H:P]``
+  [--metadata-dir DIR] [--initial-controllers ... | --standalone --controller-endpoint H:P
+  | --no-initial-controllers]``
   writes ``meta.properties`` into every directory and creates
   ``__cluster_metadata-0/`` in the metadata directory. Idempotent: a directory
   already formatted for the same cluster and node is left untouched. A
@@ -13,8 +14,13 @@ Owns the argument parsing and the I/O of four commands, after Kafka's
   already formatted directory is skipped without that check, as
   kafka-storage.sh does (which, without the flag, refuses any formatted
   directory; kraftlog only refuses foreign ones, so that re-running a set-up
-  script is safe). The bootstrap voter set (KIP-853) is recorded in
-  ``__cluster_metadata-0/bootstrap-voters.json`` for the raft layer. A directory
+  script is safe). With ``--standalone`` or ``--initial-controllers`` the quorum is
+  dynamic (KIP-853, ``kraft.version`` 1): the bootstrap voter set is written as Kafka's
+  bootstrap snapshot ``__cluster_metadata-0/00000000000000000000-0000000000.checkpoint``
+  (a KRaftVersionRecord and a VotersRecord), which the first leader copies into the log;
+  ``--no-initial-controllers`` formats a controller that joins an existing dynamic quorum
+  later (no voter set of its own: it learns it from the leader). None of the three:
+  static voters (``controller.quorum.voters``, kraft.version 0). A directory
   a running node holds (its ``.lock``, :mod:`kraftlog.storage.log_dir_lock`) is
   refused before anything is read.
 * ``kraftlog storage random-uuid`` prints a new cluster id.
@@ -51,6 +57,9 @@ from kraftlog import cli_conventions as conventions
 from kraftlog import errors
 from kraftlog.ids import NodeId
 from kraftlog.raft import control_records
+from kraftlog.raft import snapshot as raft_snapshot
+from kraftlog.raft import voter_set as voter_set_mod
+from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.storage import (
     atomic_file,
     checkpoint,
@@ -64,9 +73,8 @@ from kraftlog.storage import record_batch as rb
 
 METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 
-BOOTSTRAP_VOTERS_FILE = "bootstrap-voters.json"
-"""Where ``format`` records the initial voter set until the raft layer writes it
-as the KIP-853 bootstrap snapshot (``00000000000000000000-0000000000.checkpoint``)."""
+BOOTSTRAP_SNAPSHOT_ID = OffsetAndEpoch(offset=0, epoch=0)
+"""Kafka's bootstrap checkpoint of a dynamic quorum: ``00000000000000000000-0000000000.checkpoint``."""
 
 METADATA_VERSION_LATEST = 1
 """The ``metadata.version`` level this release writes and understands (KIP-778)."""
@@ -175,21 +183,17 @@ def parse_endpoint(text: str, *, flag: str) -> tuple[str, int]:
     return host, port
 
 
-def bootstrap_voters_json(voters: Sequence[DynamicVoter]) -> str:
-    """The voter set in the shape of Kafka's VotersRecord (KIP-853), as JSON."""
-    document = {
-        "version": 0,
-        "kRaftVersion": 1,
-        "voters": [
-            {
-                "voterId": voter.node_id,
-                "voterDirectoryId": str(voter.directory_id),
-                "endpoints": [{"name": CONTROLLER_LISTENER_NAME, "host": voter.host, "port": voter.port}],
-            }
-            for voter in voters
-        ],
-    }
-    return json.dumps(document, indent=2) + "\n"
+def bootstrap_voters_snapshot(voters: Sequence[DynamicVoter], *, now_ms: int) -> bytes:
+    """The bootstrap snapshot of a dynamic quorum (KIP-853): header, KRaftVersionRecord (1)
+    and VotersRecord, footer."""
+    voter_set = voter_set_mod.VoterSet(
+        voter_set_mod.VoterNode(voter_id=v.node_id, directory_id=v.directory_id,
+                                endpoint=voter_set_mod.join_endpoint(v.host, v.port))
+        for v in voters)
+    return raft_snapshot.SnapshotWriter(
+        BOOTSTRAP_SNAPSHOT_ID, last_contained_log_timestamp=-1, now_ms=now_ms,
+        control=voter_set_mod.control_batch_records(
+            voter_set, voter_set_mod.KRAFT_VERSION_DYNAMIC)).build()
 
 
 # --- storage format ---------------------------------------------------------------------
@@ -350,8 +354,9 @@ def _format_dirs(args: argparse.Namespace, dirs: list[pathlib.Path], metadata_di
             partition_dir = directory / METADATA_PARTITION_DIR
             partition_dir.mkdir(exist_ok=True)
             if voters:
-                atomic_file.write_text_atomically(partition_dir / BOOTSTRAP_VOTERS_FILE,
-                                                  bootstrap_voters_json(voters))
+                atomic_file.write_atomically(
+                    partition_dir / raft_snapshot.snapshot_file_name(BOOTSTRAP_SNAPSHOT_ID),
+                    bootstrap_voters_snapshot(voters, now_ms=time.time_ns() // 1_000_000))
             # Kafka's bootstrap.checkpoint: the metadata the first active controller
             # writes into a new cluster's log (metadata.version, ...).
             _write_bootstrap(directory, features)
@@ -365,7 +370,11 @@ def _format_dirs(args: argparse.Namespace, dirs: list[pathlib.Path], metadata_di
         print(f"Formatting {role} {directory} (cluster.id={cluster_id}, node.id={node_id}, "
               f"directory.id={directory_id})")
     if voters and metadata_dir not in existing:
-        print("Initial controllers: " + ",".join(str(v) for v in voters))
+        print("Initial controllers: " + ",".join(str(v) for v in voters)
+              + " (kraft.version=1: dynamic quorum)")
+    elif args.no_initial_controllers and metadata_dir not in existing:
+        print("No initial controllers: this controller joins an existing dynamic quorum "
+              "(kraftlog quorum add-controller, or controller.quorum.auto.join.enable)")
     if len(existing) == len(dirs):
         print("All of the log directories are already formatted.")
     return EXIT_OK
@@ -470,8 +479,21 @@ _RAFT_CONTROL_DECODERS: dict[rb.ControlRecordType, Callable[[bytes], DataclassIn
     rb.ControlRecordType.LEADER_CHANGE: control_records.decode_leader_change,
     rb.ControlRecordType.SNAPSHOT_HEADER: control_records.decode_snapshot_header,
     rb.ControlRecordType.SNAPSHOT_FOOTER: control_records.decode_snapshot_footer,
+    rb.ControlRecordType.KRAFT_VERSION: control_records.decode_kraft_version,
+    rb.ControlRecordType.KRAFT_VOTERS: control_records.decode_voters,
 }
 """Control records whose value encoding the raft core owns (not protobuf)."""
+
+def _plain(value: Any) -> Any:
+    """A raft control record as JSON values (directory ids as Kafka's UUID strings)."""
+    if isinstance(value, uuid.Uuid):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
 
 _CONTROL_MESSAGES = {
     rb.ControlRecordType.KRAFT_VERSION: "KRaftVersionRecord",
@@ -516,7 +538,7 @@ def metadata_formatters() -> tuple[dump.PayloadFormatter, dump.ControlFormatter]
         raft_decoder = _RAFT_CONTROL_DECODERS.get(record_type)
         if raft_decoder is not None:
             try:
-                return json.dumps(dataclasses.asdict(raft_decoder(value)), separators=(",", ":"))
+                return json.dumps(_plain(raft_decoder(value)), separators=(",", ":"))
             except errors.CorruptRecordError as exc:
                 return f"{dump.hex_payload(value)} (corrupt {record_type.name}: {exc})"
         name = _CONTROL_MESSAGES.get(record_type)
@@ -560,7 +582,7 @@ def metadata_json_formatters() -> tuple[dump.JsonPayloadFormatter, dump.JsonCont
         raft_decoder = _RAFT_CONTROL_DECODERS.get(record_type)
         if raft_decoder is not None:
             try:
-                return {"payload": dataclasses.asdict(raft_decoder(value))}
+                return {"payload": _plain(raft_decoder(value))}
             except errors.CorruptRecordError as exc:
                 return undecoded(value, f"corrupt {record_type.name}: {exc}")
         name = _CONTROL_MESSAGES.get(record_type)
@@ -653,6 +675,8 @@ def register(subparsers: Any) -> None:
                         help="the bootstrap controller voter set (KIP-853)")
     voters.add_argument("--standalone", action="store_true",
                         help="bootstrap a quorum of this controller alone (KIP-853)")
+    voters.add_argument("--no-initial-controllers", "-N", action="store_true",
+                        help="a controller of a dynamic quorum that joins later (KIP-853)")
     fmt.add_argument("--controller-endpoint", metavar="HOST:PORT",
                      help="with --standalone: this controller's advertised address")
     fmt.add_argument("--ignore-formatted", "-g", action="store_true",

@@ -675,6 +675,7 @@ class DescribeQuorumResponse(_message.Message):
     CURRENT_VOTERS_FIELD_NUMBER: _builtins.int
     OBSERVERS_FIELD_NUMBER: _builtins.int
     NODES_FIELD_NUMBER: _builtins.int
+    KRAFT_VERSION_FIELD_NUMBER: _builtins.int
     leader_id: _builtins.int
     """The leader's id, -1 if unknown."""
     leader_epoch: _builtins.int
@@ -683,6 +684,10 @@ class DescribeQuorumResponse(_message.Message):
     """The leader's high watermark (exclusive), -1 if not yet known."""
     high_watermark_update_time_ms: _builtins.int
     """When the high watermark last advanced, in ms since the epoch; -1 if unknown."""
+    kraft_version: _builtins.int
+    """The leader's kraft.version (KIP-853): 0 static voters (controller.quorum.voters),
+    1 voters recorded in the log (kraftlog extension; Kafka's DescribeQuorum has no field).
+    """
     @_builtins.property
     def error(self) -> _common_pb2.Error:
         """NONE, or NOT_LEADER_OR_FOLLOWER (see leader_id), UNKNOWN_TOPIC_OR_PARTITION."""
@@ -715,10 +720,11 @@ class DescribeQuorumResponse(_message.Message):
         current_voters: _abc.Iterable[Global___DescribeQuorumResponse.ReplicaState] | None = ...,
         observers: _abc.Iterable[Global___DescribeQuorumResponse.ReplicaState] | None = ...,
         nodes: _abc.Iterable[Global___DescribeQuorumResponse.Node] | None = ...,
+        kraft_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "topic_partition", b"topic_partition"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_voters", b"current_voters", "error", b"error", "high_watermark", b"high_watermark", "high_watermark_update_time_ms", b"high_watermark_update_time_ms", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "nodes", b"nodes", "observers", b"observers", "topic_partition", b"topic_partition"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_voters", b"current_voters", "error", b"error", "high_watermark", b"high_watermark", "high_watermark_update_time_ms", b"high_watermark_update_time_ms", "kraft_version", b"kraft_version", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "nodes", b"nodes", "observers", b"observers", "topic_partition", b"topic_partition"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

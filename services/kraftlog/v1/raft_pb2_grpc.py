@@ -136,8 +136,8 @@ class RaftServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AddRaftVoter(self, request, context):
-        """KIP-853: add a voter (answered by the leader). Optional until implemented;
-        the generated servicer answers UNIMPLEMENTED.
+        """KIP-853: add a voter (answered by the leader, once the new voter has caught up
+        and the new voter set has committed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

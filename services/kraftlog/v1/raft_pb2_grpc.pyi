@@ -70,8 +70,8 @@ class RaftServiceStub:
     DescribeQuorum: _grpc.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]
     """Anyone asks the leader for the quorum's replication state."""
     AddRaftVoter: _grpc.UnaryUnaryMultiCallable[_raft_pb2.AddRaftVoterRequest, _raft_pb2.AddRaftVoterResponse]
-    """KIP-853: add a voter (answered by the leader). Optional until implemented;
-    the generated servicer answers UNIMPLEMENTED.
+    """KIP-853: add a voter (answered by the leader, once the new voter has caught up
+    and the new voter set has committed).
     """
     RemoveRaftVoter: _grpc.UnaryUnaryMultiCallable[_raft_pb2.RemoveRaftVoterRequest, _raft_pb2.RemoveRaftVoterResponse]
     """KIP-853: remove a voter (answered by the leader)."""
@@ -105,8 +105,8 @@ class RaftServiceAsyncStub(RaftServiceStub):
     DescribeQuorum: _aio.UnaryUnaryMultiCallable[_raft_pb2.DescribeQuorumRequest, _raft_pb2.DescribeQuorumResponse]  # type: ignore[assignment]
     """Anyone asks the leader for the quorum's replication state."""
     AddRaftVoter: _aio.UnaryUnaryMultiCallable[_raft_pb2.AddRaftVoterRequest, _raft_pb2.AddRaftVoterResponse]  # type: ignore[assignment]
-    """KIP-853: add a voter (answered by the leader). Optional until implemented;
-    the generated servicer answers UNIMPLEMENTED.
+    """KIP-853: add a voter (answered by the leader, once the new voter has caught up
+    and the new voter set has committed).
     """
     RemoveRaftVoter: _aio.UnaryUnaryMultiCallable[_raft_pb2.RemoveRaftVoterRequest, _raft_pb2.RemoveRaftVoterResponse]  # type: ignore[assignment]
     """KIP-853: remove a voter (answered by the leader)."""
@@ -179,8 +179,8 @@ class RaftServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _raft_pb2.AddRaftVoterRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_raft_pb2.AddRaftVoterResponse, _abc.Awaitable[_raft_pb2.AddRaftVoterResponse]]:
-        """KIP-853: add a voter (answered by the leader). Optional until implemented;
-        the generated servicer answers UNIMPLEMENTED.
+        """KIP-853: add a voter (answered by the leader, once the new voter has caught up
+        and the new voter set has committed).
         """
 
     @_abc_1.abstractmethod
