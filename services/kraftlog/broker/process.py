@@ -68,9 +68,11 @@ import dataclasses
 import logging
 import os
 import pathlib
+import resource as rlimit
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -94,7 +96,7 @@ from kraftlog.raft import driver, shared_driver
 from kraftlog.raft import quorum_state_store as qss
 from kraftlog.raft.raft_config import parse_voters
 from kraftlog.raft.storage_log import StorageRaftLog
-from kraftlog.storage import checkpoint, leader_epoch, log_dir_lock, meta_properties
+from kraftlog.storage import checkpoint, file_handles, leader_epoch, log_dir_lock, meta_properties
 from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.log_config import LogConfig
@@ -226,6 +228,11 @@ BROKER_CONFIG = kconfig.ConfigDef([
                       doc="ms a CreateTime timestamp may lie after the leader's clock"),
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
+    kconfig.ConfigKey(name="kraftlog.log.max.open.files", type=_I, default=0, validator=kconfig.at_least(0),
+                      doc="descriptors the segment files of all partition logs may hold open at once; "
+                          "the least recently used are closed and reopened on demand (issue 16); "
+                          "0 = half of the open-files limit (RLIMIT_NOFILE, its soft limit raised "
+                          "to the hard one at start)"),
     kconfig.ConfigKey(name="kraftlog.malloc.mmap.threshold.bytes", type=_I,
                       default=DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES, validator=kconfig.at_least(0),
                       doc="glibc M_MMAP_THRESHOLD for the broker process (its trim threshold is 4x): "
@@ -282,6 +289,19 @@ def check_log_dir(directory: pathlib.Path, node_id: int, cluster_id: str | None
     return props
 
 
+def _raise_open_files_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; the default ``kraftlog.log.max.open.files``."""
+    soft, hard = rlimit.getrlimit(rlimit.RLIMIT_NOFILE)
+    if hard == rlimit.RLIM_INFINITY or hard > soft:
+        target = hard if hard != rlimit.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            rlimit.setrlimit(rlimit.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logger.warning("event=open_files_limit_unchanged soft=%d hard=%d error=%r", soft, hard, str(exc))
+    return file_handles.max_open_for_limit(soft)
+
+
 def broker_log_config(cfg: kconfig.Config) -> LogConfig:
     """The broker's defaults for every partition log (topics override them)."""
     return LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
@@ -300,8 +320,11 @@ class LocalLogs:
                  partition_config: partition_mod.PartitionConfig,
                  image: Callable[[], im.MetadataImage],
                  max_compaction_lag_ms: int = storage_cleaner.DEFAULT_MAX_COMPACTION_LAG_MS,
+                 handles: file_handles.FileHandleCache = file_handles.UNBOUNDED,
                  ) -> None:
         self.broker_id = broker_id
+        self.handles = handles
+        """The descriptors every partition log's segment files share (``kraftlog.log.max.open.files``)."""
         self.log_dirs = log_dirs
         self.log_config = log_config
         self.max_compaction_lag_ms = max_compaction_lag_ms
@@ -371,7 +394,7 @@ class LocalLogs:
         log = storage_log.Log.open(directory, config or self.log_config, now_ms=wall_ms(),
                                    epoch_cache=cache,
                                    recovery_point=recovery_point,
-                                   log_start_offset=log_start_offset)
+                                   log_start_offset=log_start_offset, handles=self.handles)
         return log, cache
 
     def partition_config_for(self, topic: str) -> partition_mod.PartitionConfig:
@@ -740,7 +763,10 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
     logs = LocalLogs(broker_id=node_id, log_dirs=log_dirs,
                      log_config=broker_log_config(cfg),
                      partition_config=partition_config, image=lambda: loader.image,
-                     max_compaction_lag_ms=cfg.get_int("log.cleaner.max.compaction.lag.ms"))
+                     max_compaction_lag_ms=cfg.get_int("log.cleaner.max.compaction.lag.ms"),
+                     handles=file_handles.FileHandleCache(
+                         max_open=cfg.get_int("kraftlog.log.max.open.files") or _raise_open_files_limit(),
+                         lock=threading.Lock()))
     previous_broker_epoch = clean_shutdown.take(log_dirs)
     logs.recover_all()
     for failed_dir, reason in logs.startup_failures.items():
