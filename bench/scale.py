@@ -41,6 +41,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,9 @@ from dev_cluster import DevCluster  # noqa: E402
 
 from kraftlog import cli as kraftlog_cli  # noqa: E402
 from kraftlog.admin import admin_client, topic_health  # noqa: E402
+from kraftlog.client import config as client_config  # noqa: E402
+from kraftlog.client import errors as client_errors  # noqa: E402
+from kraftlog.client import producer as producer_mod  # noqa: E402
 from kraftlog.dev import process as dev_process  # noqa: E402
 
 # bench/broker.py by path: its CPU meter, percentiles and cluster kill (the name "broker"
@@ -120,6 +124,13 @@ def rss_mib(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
+
+
+def open_fd_count(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1
 
 
 def heartbeat_lateness_ms(cluster: DevCluster) -> float:
@@ -225,6 +236,199 @@ def cpu_s(pids: list[int]) -> float:
     return sum(bb._proc_cpu_s(p) for p in pids)
 
 
+class AllPartitionsWriter:
+    """An acks=all producer writing one small record to every partition in turn, in a thread.
+
+    After :meth:`mark` it records, per partition, whether a record sent after the mark was
+    acknowledged; :attr:`resumed_at` is the moment the last partition got one (every
+    partition written again, e.g. after a broker was killed).
+    """
+
+    def __init__(self, bootstrap: str, partitions: list[tuple[str, int]], round_s: float) -> None:
+        self.partitions = partitions
+        self.round_s = round_s
+        self._producer = producer_mod.Producer(client_config.ProducerConfig(
+            bootstrap_servers=(bootstrap,), acks=client_config.Acks.ALL, linger_ms=20,
+            delivery_timeout_ms=600_000, request_timeout_ms=30_000))
+        self._lock = threading.Lock()
+        self._mark = time.monotonic()
+        self._acked: set[tuple[str, int]] = set()
+        self.resumed_at: float | None = None
+        self.errors = 0
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="all-partitions-writer")
+
+    def mark(self) -> float:
+        """From now on, count only acknowledgements of records sent after this moment."""
+        with self._lock:
+            self._mark = time.monotonic()
+            self._acked = set()
+            self.resumed_at = None
+            return self._mark
+
+    @property
+    def acked_since_mark(self) -> int:
+        return len(self._acked)
+
+    def _on_done(self, tp: tuple[str, int], sent_at: float, future: Any) -> None:
+        if future.exception() is not None:
+            self.errors += 1
+            return
+        with self._lock:
+            if sent_at < self._mark or self.resumed_at is not None:
+                return
+            self._acked.add(tp)
+            if len(self._acked) == len(self.partitions):
+                self.resumed_at = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            for tp in self.partitions:
+                if self._stop.is_set():
+                    return
+                sent_at = time.monotonic()
+                try:
+                    future = self._producer.send(tp[0], b"x" * 32, partition=tp[1])
+                except client_errors.ClientError:  # counted; the round goes on
+                    self.errors += 1
+                    continue
+                self.sent += 1
+                future.add_done_callback(
+                    lambda f, tp=tp, sent_at=sent_at: self._on_done(tp, sent_at, f))
+            self._stop.wait(max(0.0, self.round_s - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._producer.close(timeout_ms=5_000)
+
+
+async def describe_all(admin: str) -> list[tuple[str, Any]] | None:
+    """(topic, PartitionDescription) of every partition, or None when the admin service
+    could not say in time."""
+    try:
+        async with admin_client.AdminClient(admin) as client:
+            answer = await client.describe_topics(exclude_internal=True, timeout_ms=20_000)
+    except admin_client.AdminError as exc:
+        bb.step(f"DescribeTopics failed: {exc}")
+        return None
+    return [(t.name, p) for t in answer.topics for p in t.partitions]
+
+
+def without_leader(described: list[tuple[str, Any]], gone: int) -> int:
+    """Partitions whose leader is none, ``gone``, or not in their ISR."""
+    return sum(1 for _, p in described
+               if p.leader_id < 0 or p.leader_id == gone or p.leader_id not in p.isr)
+
+
+def led_by(described: list[tuple[str, Any]], broker: int) -> int:
+    return sum(1 for _, p in described if p.leader_id == broker)
+
+
+def wait_for(what: str, predicate: Any, timeout_s: float, period_s: float = 0.5) -> float | None:
+    """Seconds until ``predicate()`` is true (checked every ``period_s``), None on timeout."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if predicate():
+            return time.monotonic() - started
+        time.sleep(period_s)
+    bb.step(f"{what}: not within {timeout_s:.0f} s")
+    return None
+
+
+def logs_recovered_ms(cluster: DevCluster, broker: int, after: int) -> float | None:
+    """``elapsed_ms`` of the last ``event=logs_recovered`` line past byte ``after`` of the
+    broker's log (its log recovery at start)."""
+    data = (cluster.directory / f"broker-{broker}.log").read_bytes()[after:]
+    found = None
+    for line in data.decode(errors="replace").splitlines():
+        if "event=logs_recovered" in line:
+            for field in line.split():
+                if field.startswith("elapsed_ms="):
+                    found = float(field.split("=", 1)[1])
+    return found
+
+
+def faults(cluster: DevCluster, partitions: int, args: argparse.Namespace) -> dict[str, Any]:
+    """kill -9 of a broker under an acks=all writer; then a controlled shutdown and restart."""
+    out: dict[str, Any] = {}
+    described = asyncio.run(describe_all(cluster.admin)) or []
+    victim, target = BROKER_IDS[1], BROKER_IDS[2]
+    out["victim_leads"] = led_by(described, victim)
+    tps = sorted((topic, p.partition_index) for topic, p in described)
+    bb.step(f"failover: writer on {len(tps)} partitions (acks=all); broker {victim} leads "
+            f"{out['victim_leads']}")
+    writer = AllPartitionsWriter(cluster.broker(BROKER_IDS[0]), tps, args.writer_round_s)
+    writer.start()
+    try:
+        writer.mark()
+        warm = wait_for("writer warm-up", lambda: writer.resumed_at is not None, 180, 0.25)
+        out["writer_warmup_s"] = None if warm is None else round(warm, 2)
+        killed_at = writer.mark()
+        os.kill(pids_of(cluster, f"broker-{victim}")[f"broker-{victim}"], signal.SIGKILL)
+        bb.step(f"failover: broker {victim} killed (SIGKILL)")
+        leaders_s: float | None = None
+        while time.monotonic() - killed_at < args.fault_timeout_s:
+            now = asyncio.run(describe_all(cluster.admin))
+            if now is not None and len(now) == len(tps) and without_leader(now, victim) == 0:
+                leaders_s = time.monotonic() - killed_at
+                break
+            time.sleep(0.25)
+        wait_for("writer resumes", lambda: writer.resumed_at is not None,
+                 max(1.0, args.fault_timeout_s - (time.monotonic() - killed_at)), 0.1)
+        out["failover_leaders_s"] = None if leaders_s is None else round(leaders_s, 2)
+        out["failover_writer_resumed_s"] = (None if writer.resumed_at is None
+                                            else round(writer.resumed_at - killed_at, 2))
+        out["failover_writer_acked"] = writer.acked_since_mark
+    finally:
+        writer.stop()
+    out["writer_sent"], out["writer_errors"] = writer.sent, writer.errors
+    bb.step(f"failover: leaders {out['failover_leaders_s']} s, writer resumed "
+            f"{out['failover_writer_resumed_s']} s; restarting broker {victim}")
+    log_size = (cluster.directory / f"broker-{victim}.log").stat().st_size
+    started = time.monotonic()
+    cluster.dev("restart", f"broker-{victim}", "--timeout-s", str(int(args.fault_timeout_s)),
+                timeout_s=args.fault_timeout_s + 30)
+    out["unclean_restart_serving_s"] = round(time.monotonic() - started, 2)
+    out["unclean_restart_log_recovery_ms"] = logs_recovered_ms(cluster, victim, log_size)
+    rejoined = wait_for("ISRs whole after the unclean restart",
+                        lambda: asyncio.run(under_replicated(cluster.admin)) == 0, 300, 1.0)
+    out["unclean_restart_isr_s"] = None if rejoined is None else round(
+        time.monotonic() - started, 2)
+
+    bb.step(f"controlled shutdown of broker {target}")
+    described = asyncio.run(describe_all(cluster.admin)) or []
+    out["shutdown_broker_led"] = led_by(described, target)
+    pid = pids_of(cluster, f"broker-{target}")[f"broker-{target}"]
+    started = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+
+    def moved() -> bool:
+        now = asyncio.run(describe_all(cluster.admin))
+        return now is not None and len(now) == len(described) and led_by(now, target) == 0
+
+    took = wait_for("leaders moved away", moved, args.fault_timeout_s, 0.25)
+    out["shutdown_leaders_moved_s"] = None if took is None else round(took, 2)
+    wait_for("process exit", lambda: not bb._alive(pid), 120, 0.2)
+    out["shutdown_exit_s"] = round(time.monotonic() - started, 2)
+    log_size = (cluster.directory / f"broker-{target}.log").stat().st_size
+    started = time.monotonic()
+    cluster.dev("restart", f"broker-{target}", "--timeout-s", str(int(args.fault_timeout_s)),
+                timeout_s=args.fault_timeout_s + 30)
+    out["restart_serving_s"] = round(time.monotonic() - started, 2)
+    out["restart_log_recovery_ms"] = logs_recovered_ms(cluster, target, log_size)
+    rejoined = wait_for("ISRs whole after the restart",
+                        lambda: asyncio.run(under_replicated(cluster.admin)) == 0, 300, 1.0)
+    out["restart_isr_s"] = None if rejoined is None else round(time.monotonic() - started, 2)
+    bb.step(f"faults: {out}")
+    return out
+
+
 def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> dict[str, Any]:
     bb.step(f"{partitions} partitions: dev up (3 controllers, 3 brokers, admin)")
     cluster = start_cluster(root, f"scale-{partitions}")
@@ -285,6 +489,9 @@ def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> di
             if urp_after >= 0:
                 break
         alive = all(bb._alive(p) for p in broker_pids)
+        rss = {name: rss_mib(pid) for name, pid in brokers.items()}
+        open_fds = {name: open_fd_count(pid) for name, pid in brokers.items()}
+        fault_figures = faults(cluster, partitions, args) if args.faults else {}
         return {"partitions": partitions, "replicas": partitions * 3,
                 "create_s": round(create_s, 2), "settle_s": round(settle_s, 2),
                 "urp_settled": urp, "idle_s": round(wall, 1),
@@ -293,9 +500,9 @@ def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> di
                 "idle_controller_cpu_cores": round(controllers_cores, 3),
                 "machine_load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 **health, "fencings": fences, "urp_after": urp_after,
-                "rss_mib": {name: rss_mib(pid) for name, pid in brokers.items()},
+                "rss_mib": rss, "open_fds": open_fds,
                 "brokers_alive": alive,
-                "max_heartbeat_lateness_ms": heartbeat_lateness_ms(cluster)}
+                "max_heartbeat_lateness_ms": heartbeat_lateness_ms(cluster), **fault_figures}
     finally:
         bb.step(f"{partitions} partitions: stop")
         bb.kill_dev_cluster(cluster)
@@ -314,6 +521,13 @@ def main() -> None:
     parser.add_argument("--health-hz", type=float, default=5.0)
     parser.add_argument("--profile-dir", default=None)
     parser.add_argument("--keep-dir", default=None, help="run in this directory and keep it")
+    parser.add_argument("--faults", action="store_true",
+                        help="after the idle window: kill -9 of a broker under an acks=all writer "
+                             "to every partition, its restart, then a controlled shutdown and "
+                             "restart of another broker")
+    parser.add_argument("--writer-round-s", type=float, default=1.0,
+                        help="the writer sends to every partition once per this many seconds")
+    parser.add_argument("--fault-timeout-s", type=float, default=120.0)
     args = parser.parse_args()
     counts = [int(c) for c in args.partitions.split(",") if c.strip()]
     results = []
@@ -333,7 +547,15 @@ def main() -> None:
                   f"health_max_ms={result['health_max_ms']} fencings={result['fencings']} "
                   f"urp_after={result['urp_after']} rss_mib={result['rss_mib']} "
                   f"load_1m={result['machine_load_1m']} "
-                  f"max_heartbeat_lateness_ms={result['max_heartbeat_lateness_ms']}", flush=True)
+                  f"max_heartbeat_lateness_ms={result['max_heartbeat_lateness_ms']} "
+                  f"open_fds={result['open_fds']}", flush=True)
+            if args.faults:
+                print(" ".join(f"{key}={result.get(key)}" for key in (
+                    "victim_leads", "failover_leaders_s", "failover_writer_resumed_s",
+                    "unclean_restart_serving_s", "unclean_restart_log_recovery_ms",
+                    "unclean_restart_isr_s", "shutdown_broker_led", "shutdown_leaders_moved_s",
+                    "shutdown_exit_s", "restart_serving_s", "restart_log_recovery_ms",
+                    "restart_isr_s")), flush=True)
     print(json.dumps({"bench": "scale", "load_avg_1m": round(os.getloadavg()[0], 2),
                       "results": results}))
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import dataclasses
 import logging
 import os
@@ -336,6 +337,9 @@ class LocalLogs:
                                                     leader_epoch.LeaderEpochFileCache]] = {}
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._dir_of: dict[TopicPartition, pathlib.Path] = {}
+        self._replicas_in: collections.Counter[pathlib.Path] = collections.Counter()
+        """How many of ``_dir_of``'s values name each log dir (a new replica's choice costs
+        O(log dirs), not O(replicas): issue 16)."""
         self.startup_failures: dict[str, str] = {}
         """Log dirs whose logs could not be loaded (I/O error) -> the error: offline."""
         self.offline: Callable[[], Mapping[str, str]] = lambda: self.startup_failures
@@ -383,6 +387,7 @@ class LocalLogs:
             self._high_watermarks.update(hws)
             self._recovered.update(found)
             self._dir_of.update(dict.fromkeys(found, log_dir))
+            self._replicas_in[log_dir] += len(found)
         logger.info("broker=%d event=logs_recovered count=%d elapsed_ms=%d", self.broker_id,
                     len(self._recovered), (time.monotonic() - started) * 1000)
 
@@ -452,10 +457,7 @@ class LocalLogs:
             if not online:
                 raise OSError(f"no online log dir for {tp}: every one of "
                               f"{[str(d) for d in self.log_dirs]} is offline")
-            counts = {d: 0 for d in online}
-            for d in self._dir_of.values():
-                counts[d] = counts.get(d, 0) + 1
-            log_dir = min(online, key=lambda d: counts[d])
+            log_dir = min(online, key=lambda d: self._replicas_in[d])
             try:
                 opened = self._open_log(log_dir / tp.dir_name,
                                         config=self.log_config_for(info.topic_name))
@@ -463,6 +465,7 @@ class LocalLogs:
                 self.on_dir_failure(dir_key(log_dir), f"creating the log of {tp}: {exc}")
                 raise
             self._dir_of[tp] = log_dir
+            self._replicas_in[log_dir] += 1
         log, cache = opened
         log.reconfigure(self.log_config_for(info.topic_name))  # recovered with the defaults
         return partition_mod.Partition(
@@ -483,7 +486,9 @@ class LocalLogs:
         doomed = directory.with_name(f"{directory.name}.{random_uuid()}-delete")
         os.replace(directory, doomed)
         shutil.rmtree(doomed)
-        self._dir_of.pop(tp, None)
+        home = self._dir_of.pop(tp, None)
+        if home is not None:
+            self._replicas_in[home] -= 1
 
     def plan_checkpoints(self, high_watermarks: Mapping[TopicPartition, int] | None,
                          partitions: Iterable[partition_mod.Partition] | None) -> CheckpointPlan:

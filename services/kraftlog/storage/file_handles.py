@@ -78,15 +78,22 @@ class FileHandleCache:
         return len(self._lru)
 
     def _make_room(self, keep: int) -> None:
-        """Close least recently used unpinned files until at most ``keep`` remain open. Lock held."""
-        if len(self._lru) <= keep:
+        """Close least recently used unpinned files until at most ``keep`` remain open. Lock held.
+
+        Walks from the least recently used end only as far as it must (pinned files are
+        few: the ones in use right now), so an open costs O(1), not O(open files)."""
+        excess = len(self._lru) - keep
+        if excess <= 0:
             return
-        for file in list(self._lru):
-            if len(self._lru) <= keep:
-                break
+        victims = []
+        for file in self._lru:
             if file._pins == 0:
-                self._close_locked(file)
-                self.evictions += 1
+                victims.append(file)
+                if len(victims) == excess:
+                    break
+        for file in victims:
+            self._close_locked(file)
+        self.evictions += len(victims)
 
     def _open_locked(self, file: LazyFile, flags: int) -> int:
         if self.max_open is not None:
