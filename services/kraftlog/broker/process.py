@@ -118,6 +118,10 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 """Per log dir: each log's start offset (it may sit inside a segment after a leader's
 log start moved, which the segments alone cannot say)."""
 RECONCILE_PASS_INTERVAL_S = 120.0
+DELTA_STEP_PARTITIONS = 100
+"""Replicas a metadata delta converges per event-loop turn; the rest of a large delta is
+drained by its own task, a slice per turn (issue 16: creating or moving thousands of
+replicas must not stop heartbeats' neighbours, health checks and fetches for seconds)."""
 """One full (level-triggered) reconcile pass per this many seconds, in a step per periodic
 tick; the metadata deltas do the real work, the pass only retries what they could not do."""
 METRICS_SAMPLE_INTERVAL_S = 1.0
@@ -581,8 +585,11 @@ class _Publisher:
                  tracer: tracing.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
                  cluster_id: str = "",
                  on_configs: Callable[[Iterable[partition_mod.Partition]], None] | None = None,
-                 static_num_fetchers: int = 1) -> None:
+                 static_num_fetchers: int = 1,
+                 on_pending: Callable[[], None] | None = None) -> None:
         self.reconciler = reconciler
+        self._on_pending = on_pending
+        """Called when a delta left replicas queued (:meth:`drain_step` converges them)."""
         self._static_num_fetchers = static_num_fetchers
         self._on_configs = on_configs
         self.cluster_id = cluster_id
@@ -601,9 +608,19 @@ class _Publisher:
                 manager = self.reconciler.manager
                 self._on_configs(p for tp, p in manager.partitions.items()
                                  if not manager.is_offline(tp))
-        result = self.reconciler.apply_delta(delta, image, now_ms=wall_ms())
+        result = self.reconciler.apply_delta(
+            delta, image, now_ms=wall_ms(),
+            max_partitions=DELTA_STEP_PARTITIONS if self._on_pending is not None else None)
         self._metadata_offset = image.provenance.last_offset
         self.apply(result)
+        self._on_image()
+        if self.reconciler.pending and self._on_pending is not None:
+            self._on_pending()
+
+    def drain_step(self, image: im.MetadataImage) -> None:
+        """Converge the next :data:`DELTA_STEP_PARTITIONS` replicas a delta left queued."""
+        self.apply(self.reconciler.drain_pending(image, max_partitions=DELTA_STEP_PARTITIONS,
+                                                 now_ms=wall_ms()))
         self._on_image()
 
     def apply_throttles(self, image: im.MetadataImage) -> None:
@@ -809,10 +826,12 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             fetch_wait_max_ms=cfg.get_int("replica.fetch.wait.max.ms"),
             fetch_min_bytes=cfg.get_int("replica.fetch.min.bytes"),
             num_fetchers=cfg.get_int(NUM_REPLICA_FETCHERS)), quota=follower_quota)
+    reconcile_wakeup = asyncio.Event()
     publisher = _Publisher(reconciler, fetchers, data, on_image=health_changed.set,
                            tracer=tracer.tracer, quotas=(leader_quota, follower_quota),
                            cluster_id=cluster_id, on_configs=logs.apply_topic_configs,
-                           static_num_fetchers=cfg.get_int(NUM_REPLICA_FETCHERS))
+                           static_num_fetchers=cfg.get_int(NUM_REPLICA_FETCHERS),
+                           on_pending=reconcile_wakeup.set)
     loader.add_publisher(publisher)
 
     async def create_topics(request: Any, deadline_s: float) -> Any:
@@ -896,6 +915,16 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                 logger.info("broker=%d event=health serving=%s broker_epoch=%d "
                             "metadata_offset=%d", node_id, serving, lifecycle.broker_epoch,
                             loader.image.provenance.last_offset)
+
+    async def drain_reconcile() -> None:
+        # A large delta's replicas, a slice per event-loop turn (DELTA_STEP_PARTITIONS).
+        while True:
+            await reconcile_wakeup.wait()
+            reconcile_wakeup.clear()
+            while reconciler.pending:
+                await asyncio.sleep(0)
+                publisher.drain_step(loader.image)
+            groups.wake()
 
     async def send_alter_partitions() -> None:
         while True:
@@ -992,6 +1021,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             loop.add_signal_handler(sig, stop.set)
     tasks = [loop.create_task(publish_health(), name="broker-health"),
              loop.create_task(send_alter_partitions(), name="broker-alter-partition"),
+             loop.create_task(drain_reconcile(), name="broker-reconcile-drain"),
              loop.create_task(periodic(), name="broker-periodic"),
              loop.create_task(data.wait(), name="broker-data-plane"),
              loop.create_task(lifecycle.wait(), name="broker-lifecycle"),
