@@ -161,12 +161,13 @@ class ReplicaFetcher:
         self._changed.set()
 
     def _kick(self) -> None:
-        # The partition set changed: a Fetch parked at the leader would hold new partitions back
-        # for up to replica.fetch.wait.max.ms, so cut it short.
+        # The partition set changed: the next Fetch carries it. A Fetch in flight is left to
+        # finish (at most replica.fetch.wait.max.ms, as in Kafka): cancelling it would reset
+        # the session, so during a burst of additions (thousands of replicas created or moved
+        # at once, issue 16) every Fetch was cut short and the next was a full one again; the
+        # leaders heard from no follower and shrank thousands of ISRs.
         self._stale = True
         self._changed.set()
-        if self._call is not None:
-            self._call.cancel()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -276,7 +277,7 @@ class ReplicaFetcher:
             self.session.reset()
             if self._call is not None and self._call.cancelled() and not self._is_cancelling():
                 self._call = None
-                return  # our own _kick: rebuild the request
+                return  # the call, not this task, was cancelled (its channel closed): rebuild
             raise
         except grpc.aio.AioRpcError as exc:
             self.session.reset()
