@@ -119,6 +119,8 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 log start moved, which the segments alone cannot say)."""
 RECONCILE_PASS_INTERVAL_S = 120.0
 DELTA_STEP_PARTITIONS = 100
+ALTER_PARTITION_MAX_PARTITIONS = 250
+"""Partitions per AlterPartition request; more pending ISR changes go in further requests."""
 """Replicas a metadata delta converges per event-loop turn; the rest of a large delta is
 drained by its own task, a slice per turn (issue 16: creating or moving thousands of
 replicas must not stop heartbeats' neighbours, health checks and fetches for seconds)."""
@@ -931,8 +933,13 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             await alter_wakeup.wait()
             alter_wakeup.clear()
             requests = manager.take_alter_partition_requests()
-            if requests:
-                await _alter_partitions(client, manager, lifecycle, requests, tracer.tracer,
+            # In requests of at most ALTER_PARTITION_MAX_PARTITIONS, one after the other: the
+            # active controller handles each in one event, and thousands of partitions in one
+            # event stalled its loop past the quorum's fetch timeout (issue 16).
+            for first in range(0, len(requests), ALTER_PARTITION_MAX_PARTITIONS):
+                await _alter_partitions(client, manager, lifecycle,
+                                        requests[first:first + ALTER_PARTITION_MAX_PARTITIONS],
+                                        tracer.tracer,
                                         on_isr_change=None if broker_metrics is None
                                         else broker_metrics.observe_isr_change)
                 data.dispatch()
