@@ -973,10 +973,15 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
                 failures = await asyncio.shield(checkpoint_write)
                 logs.report_checkpoint_failures(failures)
                 last_plan = None if failures else plan
+            # Each phase below walks every replica: at 10,000 a phase is tens of ms, so the
+            # loop gets a turn between them (health checks and fetches wait for one phase,
+            # not for the whole tick; issue 16).
+            await asyncio.sleep(0)
             now = time.monotonic()
             # A full pass every RECONCILE_PASS_INTERVAL_S, a slice of it per tick.
             steps = max(1, int(RECONCILE_PASS_INTERVAL_S / tick_s))
             publisher.reconcile_step(loader.image, -(-2 * len(manager.partitions) // steps) + 1)
+            await asyncio.sleep(0)
             online = {tp: p for tp, p in manager.partitions.items() if not manager.is_offline(tp)}
             if now - last_retention >= retention_s:
                 last_retention = now
@@ -993,6 +998,7 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             # Compaction (cleanup.policy=compact): planned and swapped in on this loop, which
             # owns every log; the decoding and rewriting in a worker thread. Backs off
             # log.cleaner.backoff.ms when no log is due.
+            await asyncio.sleep(0)
             online = {tp: p for tp, p in online.items() if not manager.is_offline(tp)}
             try:
                 planned = cleaner.plan(list(online.values()), wall_ms())
