@@ -59,10 +59,9 @@ from dev_cluster import DevCluster  # noqa: E402
 
 from kraftlog import cli as kraftlog_cli  # noqa: E402
 from kraftlog.admin import admin_client, topic_health  # noqa: E402
-from kraftlog.client import config as client_config  # noqa: E402
-from kraftlog.client import errors as client_errors  # noqa: E402
-from kraftlog.client import producer as producer_mod  # noqa: E402
 from kraftlog.dev import process as dev_process  # noqa: E402
+from kraftlog.storage import record_batch as rb  # noqa: E402
+from kraftlog.v1 import broker_pb2, broker_pb2_grpc  # noqa: E402
 
 # bench/broker.py by path: its CPU meter, percentiles and cluster kill (the name "broker"
 # would be shadowed by tests/broker when tests/ is on the path).
@@ -237,25 +236,30 @@ def cpu_s(pids: list[int]) -> float:
 
 
 class AllPartitionsWriter:
-    """An acks=all producer writing one small record to every partition in turn, in a thread.
+    """An acks=all writer of one small record to every partition per round, in a thread.
 
-    After :meth:`mark` it records, per partition, whether a record sent after the mark was
-    acknowledged; :attr:`resumed_at` is the moment the last partition got one (every
-    partition written again, e.g. after a broker was killed).
+    It speaks BrokerService directly, as a producer's sender does: one Produce per leader
+    per round carrying all that leader's partitions, leaders from one Metadata answer,
+    refreshed when a partition answers an error or a leader stops answering (the client
+    library's producer refreshes its metadata per topic, 100 Metadata calls for 100 topics,
+    which at 10,000 partitions took minutes on this machine). After :meth:`mark` it records
+    which partitions had a record sent after the mark acknowledged; :attr:`resumed_at` is the
+    moment the last one did.
     """
 
-    def __init__(self, bootstrap: str, partitions: list[tuple[str, int]], round_s: float) -> None:
+    def __init__(self, brokers: dict[int, str], partitions: list[tuple[str, int]],
+                 round_s: float) -> None:
+        self.brokers = brokers
         self.partitions = partitions
         self.round_s = round_s
-        self._producer = producer_mod.Producer(client_config.ProducerConfig(
-            bootstrap_servers=(bootstrap,), acks=client_config.Acks.ALL, linger_ms=20,
-            delivery_timeout_ms=600_000, request_timeout_ms=30_000))
         self._lock = threading.Lock()
         self._mark = time.monotonic()
         self._acked: set[tuple[str, int]] = set()
         self.resumed_at: float | None = None
         self.errors = 0
         self.sent = 0
+        self._leaders: dict[tuple[str, int], int] = {}
+        self._channels: dict[int, grpc.Channel] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="all-partitions-writer")
 
@@ -271,32 +275,65 @@ class AllPartitionsWriter:
     def acked_since_mark(self) -> int:
         return len(self._acked)
 
-    def _on_done(self, tp: tuple[str, int], sent_at: float, future: Any) -> None:
-        if future.exception() is not None:
-            self.errors += 1
+    def _stub(self, broker: int) -> broker_pb2_grpc.BrokerServiceStub:
+        channel = self._channels.get(broker)
+        if channel is None:
+            channel = self._channels[broker] = grpc.insecure_channel(
+                self.brokers[broker], options=[("grpc.max_receive_message_length", 1 << 28)])
+        return broker_pb2_grpc.BrokerServiceStub(channel)
+
+    def _refresh(self) -> None:
+        for broker in self.brokers:
+            try:
+                answer = self._stub(broker).Metadata(broker_pb2.MetadataRequest(), timeout=20)
+            except grpc.RpcError:
+                continue
+            self._leaders = {(t.name, p.partition_index): p.leader_id
+                             for t in answer.topics for p in t.partitions}
             return
-        with self._lock:
-            if sent_at < self._mark or self.resumed_at is not None:
-                return
-            self._acked.add(tp)
-            if len(self._acked) == len(self.partitions):
-                self.resumed_at = time.monotonic()
+
+    def _round(self) -> None:
+        by_leader: dict[int, list[tuple[str, int]]] = {}
+        for tp in self.partitions:
+            leader = self._leaders.get(tp, -1)
+            if leader in self.brokers:
+                by_leader.setdefault(leader, []).append(tp)
+        batch = rb.build_batch([rb.RecordInput(value=b"x" * 32)], now_ms=int(time.time() * 1000))
+        stale = len(by_leader) == 0
+        for leader, tps in by_leader.items():
+            topics: dict[str, list[int]] = {}
+            for topic, index in tps:
+                topics.setdefault(topic, []).append(index)
+            request = broker_pb2.ProduceRequest(acks=-1, timeout_ms=10_000, topic_data=[
+                broker_pb2.ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                    broker_pb2.ProduceRequest.PartitionProduceData(index=i, records=batch)
+                    for i in indexes]) for topic, indexes in topics.items()])
+            sent_at = time.monotonic()
+            self.sent += len(tps)
+            try:
+                answer = self._stub(leader).Produce(request, timeout=15)
+            except grpc.RpcError:
+                self.errors += len(tps)
+                stale = True
+                continue
+            with self._lock:
+                for topic in answer.responses:
+                    for part in topic.partition_responses:
+                        if part.error.code != 0:
+                            self.errors += 1
+                            stale = True
+                        elif sent_at >= self._mark and self.resumed_at is None:
+                            self._acked.add((topic.name, part.index))
+                if self.resumed_at is None and len(self._acked) == len(self.partitions):
+                    self.resumed_at = time.monotonic()
+        if stale:
+            self._refresh()
 
     def _run(self) -> None:
+        self._refresh()
         while not self._stop.is_set():
             started = time.monotonic()
-            for tp in self.partitions:
-                if self._stop.is_set():
-                    return
-                sent_at = time.monotonic()
-                try:
-                    future = self._producer.send(tp[0], b"x" * 32, partition=tp[1])
-                except client_errors.ClientError:  # counted; the round goes on
-                    self.errors += 1
-                    continue
-                self.sent += 1
-                future.add_done_callback(
-                    lambda f, tp=tp, sent_at=sent_at: self._on_done(tp, sent_at, f))
+            self._round()
             self._stop.wait(max(0.0, self.round_s - (time.monotonic() - started)))
 
     def start(self) -> None:
@@ -304,8 +341,9 @@ class AllPartitionsWriter:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=30)
-        self._producer.close(timeout_ms=5_000)
+        self._thread.join(timeout=60)
+        for channel in self._channels.values():
+            channel.close()
 
 
 async def describe_all(admin: str) -> list[tuple[str, Any]] | None:
@@ -363,7 +401,7 @@ def faults(cluster: DevCluster, partitions: int, args: argparse.Namespace) -> di
     tps = sorted((topic, p.partition_index) for topic, p in described)
     bb.step(f"failover: writer on {len(tps)} partitions (acks=all); broker {victim} leads "
             f"{out['victim_leads']}")
-    writer = AllPartitionsWriter(cluster.broker(BROKER_IDS[0]), tps, args.writer_round_s)
+    writer = AllPartitionsWriter({b: cluster.broker(b) for b in BROKER_IDS}, tps, args.writer_round_s)
     writer.start()
     try:
         writer.mark()
@@ -491,6 +529,8 @@ def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> di
         alive = all(bb._alive(p) for p in broker_pids)
         rss = {name: rss_mib(pid) for name, pid in brokers.items()}
         open_fds = {name: open_fd_count(pid) for name, pid in brokers.items()}
+        bb.step(f"idle: brokers {sum(per_broker.values()):.3f} cores {per_broker}, {health}, "
+                f"fencings {fences}, URP after {urp_after}, RSS {rss}, fds {open_fds}")
         fault_figures = faults(cluster, partitions, args) if args.faults else {}
         return {"partitions": partitions, "replicas": partitions * 3,
                 "create_s": round(create_s, 2), "settle_s": round(settle_s, 2),

@@ -118,12 +118,15 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 """Per log dir: each log's start offset (it may sit inside a segment after a leader's
 log start moved, which the segments alone cannot say)."""
 RECONCILE_PASS_INTERVAL_S = 120.0
-DELTA_STEP_PARTITIONS = 100
+DELTA_STEP_PARTITIONS = 8
+"""Replicas a metadata delta converges at once; the rest of a large delta is drained by its
+own task in slices of this size for up to :data:`DELTA_TURN_BUDGET_S` per event-loop turn
+(issue 16: creating or moving thousands of replicas must not stop health checks and fetches
+for seconds; a new leader's leader-epoch checkpoint alone is two fsyncs, 10-40 ms on a busy
+disk)."""
+DELTA_TURN_BUDGET_S = 0.05
 ALTER_PARTITION_MAX_PARTITIONS = 250
 """Partitions per AlterPartition request; more pending ISR changes go in further requests."""
-"""Replicas a metadata delta converges per event-loop turn; the rest of a large delta is
-drained by its own task, a slice per turn (issue 16: creating or moving thousands of
-replicas must not stop heartbeats' neighbours, health checks and fetches for seconds)."""
 """One full (level-triggered) reconcile pass per this many seconds, in a step per periodic
 tick; the metadata deltas do the real work, the pass only retries what they could not do."""
 METRICS_SAMPLE_INTERVAL_S = 1.0
@@ -933,7 +936,9 @@ async def _run(cfg: kconfig.Config, *, node_id: int, voters: dict[int, str], clu
             reconcile_wakeup.clear()
             while reconciler.pending:
                 await asyncio.sleep(0)
-                publisher.drain_step(loader.image)
+                turn_ends = time.monotonic() + DELTA_TURN_BUDGET_S
+                while reconciler.pending and time.monotonic() < turn_ends:
+                    publisher.drain_step(loader.image)
             groups.wake()
 
     async def send_alter_partitions() -> None:
