@@ -231,6 +231,18 @@ class HealthProber:
                 "health_max_ms": round(ordered[-1] * 1e3, 2) if ordered else float("nan")}
 
 
+def hosted_replicas(target: str) -> int:
+    """Replicas a broker hosts now (its DescribeLogDirs), -1 when it does not answer in time:
+    the metadata says an ISR is full before the brokers have created every replica."""
+    try:
+        with grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", 1 << 28)]) as channel:
+            answer = broker_pb2_grpc.BrokerServiceStub(channel).DescribeLogDirs(
+                broker_pb2.DescribeLogDirsRequest(), timeout=20)
+    except grpc.RpcError:
+        return -1
+    return sum(len(t.partitions) for r in answer.results for t in r.topics)
+
+
 def cpu_s(pids: list[int]) -> float:
     return sum(bb._proc_cpu_s(p) for p in pids)
 
@@ -480,14 +492,21 @@ def measure(root: pathlib.Path, partitions: int, args: argparse.Namespace) -> di
         create_s = asyncio.run(create_partitions(cluster.admin, partitions, args.topic_partitions))
         bb.step(f"{partitions} partitions: created in {create_s:.1f} s; waiting for full ISRs")
         urp = -1
+        hosted: list[int] = []
         deadline = created_at + args.settle_timeout_s
+        # Settled: every broker hosts its share (RF 3 on 3 brokers: every partition; the
+        # metadata shows full ISRs before the brokers have created every replica), then no
+        # partition under-replicated.
         while time.monotonic() < deadline:
-            urp = asyncio.run(under_replicated(cluster.admin))
-            if urp == 0:
-                break
+            hosted = [hosted_replicas(cluster.broker(b)) for b in BROKER_IDS]
+            if all(h >= partitions for h in hosted):
+                urp = asyncio.run(under_replicated(cluster.admin))
+                if urp == 0:
+                    break
             time.sleep(1.0)
         settle_s = time.monotonic() - created_at
-        bb.step(f"{partitions} partitions: URP {urp} after {settle_s:.1f} s; "
+        bb.step(f"{partitions} partitions: every broker hosts {hosted}; "
+                f"URP {urp} after {settle_s:.1f} s; "
                 f"quiet {args.settle_s} s, then idle {args.idle_s} s")
         time.sleep(args.settle_s)
         prober = HealthProber([cluster.broker(b) for b in BROKER_IDS], args.health_hz)
