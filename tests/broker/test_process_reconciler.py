@@ -280,3 +280,58 @@ def test_a_spread_pass_still_deletes_what_the_image_no_longer_assigns_and_retrie
     assert created == [missing] and deleted == [gone]
     assert reconciler.manager.get_partition(gone) is None
     assert store.opened.count(missing) == 2
+
+
+def test_a_large_delta_converges_in_slices_in_order_each_on_the_latest_state(
+        setup: tuple[rc.Reconciler, Store, Metadata], monkeypatch: pytest.MonkeyPatch) -> None:
+    reconciler, store, metadata = setup
+    delta, image = metadata.commit(r.TopicRecord(name="t", topic_id=TOPIC_ID), *(
+        r.PartitionRecord(topic_id=TOPIC_ID, partition_id=i, replicas=(1, 2, 3), isr=(1, 2, 3),
+                          leader=1) for i in range(MANY)))
+    first = reconciler.apply_delta(delta, image, now_ms=NOW, max_partitions=7)
+    assert [tp.partition for tp in first.created] == list(range(7))
+    assert reconciler.pending == MANY - 7 and len(reconciler.manager.partitions) == 7
+    # Partition 20 changes leader before its turn: it converges once, on the new leader.
+    delta, image = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=20,
+                                                           leader=BROKER))
+    second = reconciler.apply_delta(delta, image, now_ms=NOW, max_partitions=7)
+    assert [tp.partition for tp in second.created] == list(range(7, 14))
+    assert reconciler.pending == MANY - 14
+    calls = RoleCalls(monkeypatch, reconciler.manager)
+    created = [tp.partition for tp in first.created + second.created]
+    became_leader = []
+    while reconciler.pending:
+        result = reconciler.drain_pending(image, max_partitions=7, now_ms=NOW)
+        assert len(result.created) <= 7
+        created += [tp.partition for tp in result.created]
+        became_leader += result.became_leader
+    assert created == list(range(MANY)) and len(store.opened) == MANY
+    assert became_leader == [TopicPartition(topic="t", partition=20)]
+    assert calls.calls.count(TopicPartition(topic="t", partition=20)) == 1
+
+
+def test_a_queued_deletion_keeps_a_replica_assigned_here_again(
+        setup: tuple[rc.Reconciler, Store, Metadata]) -> None:
+    reconciler, _store, metadata = setup
+    reconciler.apply_delta(*create(metadata, leader=1), now_ms=NOW)
+    filler = [r.PartitionRecord(topic_id=OTHER_ID, partition_id=i, replicas=(1, 2, 3),
+                                isr=(1, 2, 3), leader=1) for i in range(5)]
+    delta, image = metadata.commit(r.TopicRecord(name="u", topic_id=OTHER_ID), *filler)
+    reconciler.apply_delta(delta, image, now_ms=NOW, max_partitions=1)
+    # Moved away (queued behind the filler), then back before the deletion's turn.
+    away = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0,
+                                                   replicas=(1, 3), isr=(1, 3)))
+    reconciler.apply_delta(*away, now_ms=NOW, max_partitions=1)
+    back = metadata.commit(r.PartitionChangeRecord(topic_id=TOPIC_ID, partition_id=0,
+                                                   replicas=(1, 2, 3), isr=(1, 3)))
+    reconciler.apply_delta(*back, now_ms=NOW, max_partitions=1)
+    deleted = []
+    while reconciler.pending:
+        deleted += reconciler.drain_pending(back[1], max_partitions=1, now_ms=NOW).deleted
+    assert deleted == [] and reconciler.manager.get_partition(TP) is not None
+    # Without the way back, the queued deletion happens.
+    reconciler.apply_delta(*metadata.commit(r.PartitionChangeRecord(
+        topic_id=TOPIC_ID, partition_id=0, replicas=(1, 3), isr=(1, 3))), now_ms=NOW,
+        max_partitions=0)
+    result = reconciler.drain_pending(metadata.image, max_partitions=None, now_ms=NOW)
+    assert result.deleted == [TP]

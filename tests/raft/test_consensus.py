@@ -8,6 +8,7 @@ from kraftlog.errors import InvariantViolation, NotLeaderError
 from kraftlog.ids import Epoch, NodeId
 from kraftlog.raft import consensus
 from kraftlog.raft import control_records as cr
+from kraftlog.raft import epoch_state as es
 from kraftlog.raft import messages as m
 from kraftlog.raft.epoch_state import Role
 from kraftlog.raft.error_codes import ErrorCode
@@ -386,6 +387,27 @@ def test_observer_finds_the_leader_replicates_and_never_votes() -> None:
     observed = described.observers[0]
     assert 600 <= observed.last_caught_up_timestamp == observed.last_fetch_timestamp <= 620
     assert described.high_watermark == leader.log.high_watermark
+
+
+def test_leader_forgets_observers_that_stopped_fetching() -> None:
+    """Kafka's OBSERVER_SESSION_TIMEOUT_MS: Fetches naming many replica ids do not grow the
+    leader's observer map for ever; describe and the leader's poll both drop the idle ones."""
+    node = Node(1, voters=(1,))
+    node.client.poll(1000)
+    timeout_ms = es.OBSERVER_SESSION_TIMEOUT_MS
+    for observer in range(100, 150):
+        node.client.handle_request(observer, fetch(observer, 1, 0, 0), 1000)
+    node.client.handle_request(100, fetch(100, 1, 0, 0), 1000 + timeout_ms - 1)
+    state = node.client.quorum.state
+    assert isinstance(state, es.LeaderState) and len(state.observers) == 50
+    described = node.client.handle_request(0, m.DescribeQuorumRequest(), 1000 + timeout_ms)
+    assert isinstance(described, m.DescribeQuorumResponse)
+    assert [o.replica_id for o in described.observers] == [100]
+    # Without a describe, the leader's poll expires them too (at most every 30 s).
+    for observer in range(200, 210):
+        node.client.handle_request(observer, fetch(observer, 1, 0, 0), 2000 + timeout_ms)
+    node.client.poll(2000 + 2 * timeout_ms)
+    assert sorted(state.observers) == []
 
 
 def test_describe_quorum_on_non_leader() -> None:

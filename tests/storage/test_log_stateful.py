@@ -18,6 +18,7 @@ import hypothesis.strategies as st
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kraftlog.storage import file_handles
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log import Log, OffsetAndTimestamp
 from kraftlog.storage.log_config import LogConfig
@@ -52,14 +53,21 @@ def encode(spec: BatchSpec, *, base_offset: int, epoch: int) -> tuple[bytes, tup
 
 
 class LogMachine(RuleBasedStateMachine):
+    handles = file_handles.UNBOUNDED
+    """The descriptor cache every Log.open here uses (a subclass bounds it)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="kraftlog-stateful-"))
-        self.log = Log.open(self.dir, CONFIG, now_ms=0)
+        self.log = self.open_log(now_ms=0)
         self.batches: list[ModelBatch] = []
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.epoch = 0
+
+    def open_log(self, *, now_ms: int, recovery_point: int = 0, log_start_offset: int = 0) -> Log:
+        return Log.open(self.dir, CONFIG, now_ms=now_ms, recovery_point=recovery_point,
+                        log_start_offset=log_start_offset, handles=self.handles)
 
     def teardown(self) -> None:
         self.log.close_handlers()
@@ -226,8 +234,8 @@ class LogMachine(RuleBasedStateMachine):
             self.log.close()
         else:
             self.log.close_handlers()
-        self.log = Log.open(self.dir, CONFIG, now_ms=now_ms, recovery_point=self.log.recovery_point,
-                            log_start_offset=self.log.log_start_offset)
+        self.log = self.open_log(now_ms=now_ms, recovery_point=self.log.recovery_point,
+                                 log_start_offset=self.log.log_start_offset)
 
     @precondition(lambda self: bool(self.batches))
     @rule(data=st.data(), now_ms=st.integers(0, 20_000))
@@ -244,8 +252,7 @@ class LogMachine(RuleBasedStateMachine):
         path = self.dir / f"{active.base_offset:020d}.log"
         with open(path, "r+b") as f:
             f.truncate(cut)
-        self.log = Log.open(self.dir, CONFIG, now_ms=now_ms, recovery_point=recovery_point,
-                            log_start_offset=start)
+        self.log = self.open_log(now_ms=now_ms, recovery_point=recovery_point, log_start_offset=start)
         position = 0
         kept: list[ModelBatch] = []
         for b in self.batches:

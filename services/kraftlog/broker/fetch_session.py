@@ -116,6 +116,16 @@ class FetchSession:
         self.dirty.clear()
         return reads
 
+    def take_changed(self, tp: TopicPartition) -> dict[TopicPartition, purgatory.FetchPartitionRequest]:
+        """``tp`` alone as :meth:`to_read` would read it (its last request), no longer dirty:
+        a waiting fetch reads the one partition that changed, not every dirty one (the others
+        are read when they change, or at the session's next fetch)."""
+        cached = self.partitions.get(tp)
+        if cached is None:
+            return {}
+        self.dirty.discard(tp)
+        return {tp: cached.request}
+
     def has_news(self, tp: TopicPartition, *, error: ErrorCode, records: bool, diverging: bool,
                  high_watermark: int, log_start_offset: int) -> bool:
         """Whether an answer for ``tp`` must go to the follower (Kafka's

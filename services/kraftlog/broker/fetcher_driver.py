@@ -58,6 +58,9 @@ logger = logging.getLogger(__name__)
 
 MIN_THROTTLE_WAIT_MS = 10
 REBUILD_INTERVAL_MS = 30_000
+CUT_INTERVAL_MS = 1_000
+"""At most one incremental Fetch in flight is cut short per this long, for partitions added
+or removed meanwhile (see ReplicaFetcher._kick)."""
 """Requests are rebuilt from every followed partition at least this often, even when no
 answer moved anything (a log start offset moved by local retention reaches the leader)."""
 """Shortest wait while every fetchable partition is held back by the follower quota."""
@@ -122,6 +125,9 @@ class ReplicaFetcher:
         self.states: dict[TopicPartition, follower_mod.FollowerFetchState] = {}
         self._changed = asyncio.Event()
         self._call: Any = None
+        self._call_cuttable = False
+        """Whether the Fetch in flight is an incremental one (see :meth:`_kick`)."""
+        self._last_cut_ms = -CUT_INTERVAL_MS
         self._channel: Any = None
         self._channel_target = ""
         self._stub_of_channel: broker_pb2_grpc.BrokerServiceStub | None = None
@@ -171,12 +177,21 @@ class ReplicaFetcher:
         self._changed.set()
 
     def _kick(self) -> None:
-        # The partition set changed: a Fetch parked at the leader would hold new partitions back
-        # for up to replica.fetch.wait.max.ms, so cut it short.
+        # The partition set changed: the next Fetch carries it. An incremental Fetch parked
+        # at the leader would hold the change back for up to replica.fetch.wait.max.ms, so
+        # it is cut short, at most once per CUT_INTERVAL_MS; a full one (a session opening)
+        # is never cut. Cutting resets the session (the leader may have seen the request):
+        # when every addition cut the Fetch in flight, a burst of them (thousands of
+        # replicas created or moved at once, issue 16) made every Fetch a full one, cut
+        # again before it was answered; the leaders heard from no follower and shrank
+        # thousands of ISRs.
         self._stale = True
         self._changed.set()
-        if self._call is not None:
-            self._call.cancel()
+        if self._call is not None and self._call_cuttable:
+            now_ms = self._data.now_ms()
+            if now_ms - self._last_cut_ms >= CUT_INTERVAL_MS:
+                self._last_cut_ms = now_ms
+                self._call.cancel()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
@@ -355,6 +370,8 @@ class ReplicaFetcher:
                 log_start_offset=request.log_start_offset,
                 partition_max_bytes=request.partition_max_bytes))
         config = self.config
+        self._call_cuttable = session.epoch not in (fetch_session.INITIAL_EPOCH,
+                                                    fetch_session.FINAL_EPOCH)
         fetch = broker_pb2.FetchRequest(
             replica_id=self.broker_id, replica_epoch=self._broker_epoch(),
             max_wait_ms=config.fetch_wait_max_ms, min_bytes=config.fetch_min_bytes,

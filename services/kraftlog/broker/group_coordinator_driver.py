@@ -254,12 +254,19 @@ class GroupCoordinatorDriver:
     # -- immigration / emigration -------------------------------------------------------------
 
     def _leading(self) -> dict[int, int]:
+        # The offsets topic's partitions from the image, each looked up here: walking every
+        # hosted replica was 8% of an idle 10,000-partition broker (issue 16).
         manager = self.data.manager
         leading: dict[int, int] = {}
-        for tp, partition in manager.partitions.items():
-            if (tp.topic == go.GROUP_METADATA_TOPIC_NAME and partition.is_leader
+        topic = self._image().topics.get_topic_by_name(go.GROUP_METADATA_TOPIC_NAME)
+        if topic is None:
+            return leading
+        for index in topic.partitions:
+            tp = TopicPartition(topic=go.GROUP_METADATA_TOPIC_NAME, partition=index)
+            partition = manager.get_partition(tp)
+            if (partition is not None and partition.is_leader
                     and manager.replica_state(tp) is rm.ReplicaState.ONLINE_REPLICA):
-                leading[tp.partition] = partition.leader_epoch
+                leading[index] = partition.leader_epoch
         return leading
 
     def sync(self) -> None:

@@ -18,6 +18,7 @@ tasks, no threads).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -30,7 +31,7 @@ from kraftlog.broker import partition as partition_mod
 from kraftlog.broker import replica_manager as rm
 from kraftlog.ids import TopicPartition, parse_dir_name, random_uuid
 from kraftlog.metadata import image as im
-from kraftlog.storage import checkpoint, leader_epoch
+from kraftlog.storage import checkpoint, file_handles, leader_epoch
 from kraftlog.storage import cleaner as storage_cleaner
 from kraftlog.storage import log as storage_log
 from kraftlog.storage.log_config import LogConfig
@@ -52,8 +53,11 @@ class LocalLogs:
                  partition_config: partition_mod.PartitionConfig,
                  image: Callable[[], im.MetadataImage], now_ms: Callable[[], int],
                  max_compaction_lag_ms: int = storage_cleaner.DEFAULT_MAX_COMPACTION_LAG_MS,
+                 handles: file_handles.FileHandleCache = file_handles.UNBOUNDED,
                  ) -> None:
         self.broker_id = broker_id
+        self.handles = handles
+        """The descriptors every partition log's segment files share (``kraftlog.log.max.open.files``)."""
         self._now_ms = now_ms
         """The wall clock, ms (a log's segment roll and retention times)."""
         self.log_dirs = log_dirs
@@ -67,6 +71,9 @@ class LocalLogs:
                                                     leader_epoch.LeaderEpochFileCache]] = {}
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._dir_of: dict[TopicPartition, pathlib.Path] = {}
+        self._replicas_in: collections.Counter[pathlib.Path] = collections.Counter()
+        """How many of ``_dir_of``'s values name each log dir (a new replica's choice costs
+        O(log dirs), not O(replicas))."""
         self.startup_failures: dict[str, str] = {}
         """Log dirs whose logs could not be loaded (I/O error) -> the error: offline."""
         self.offline: Callable[[], Mapping[str, str]] = lambda: self.startup_failures
@@ -114,6 +121,7 @@ class LocalLogs:
             self._high_watermarks.update(hws)
             self._recovered.update(found)
             self._dir_of.update(dict.fromkeys(found, log_dir))
+            self._replicas_in[log_dir] += len(found)
         logger.info("broker=%d event=logs_recovered count=%d elapsed_ms=%d", self.broker_id,
                     len(self._recovered), self._now_ms() - started_ms)
 
@@ -125,7 +133,7 @@ class LocalLogs:
         log = storage_log.Log.open(directory, config or self.log_config, now_ms=self._now_ms(),
                                    epoch_cache=cache,
                                    recovery_point=recovery_point,
-                                   log_start_offset=log_start_offset)
+                                   log_start_offset=log_start_offset, handles=self.handles)
         return log, cache
 
     def partition_config_for(self, topic: str) -> partition_mod.PartitionConfig:
@@ -183,10 +191,7 @@ class LocalLogs:
             if not online:
                 raise OSError(f"no online log dir for {tp}: every one of "
                               f"{[str(d) for d in self.log_dirs]} is offline")
-            counts = {d: 0 for d in online}
-            for d in self._dir_of.values():
-                counts[d] = counts.get(d, 0) + 1
-            log_dir = min(online, key=lambda d: counts[d])
+            log_dir = min(online, key=lambda d: self._replicas_in[d])
             try:
                 opened = self._open_log(log_dir / tp.dir_name,
                                         config=self.log_config_for(info.topic_name))
@@ -194,6 +199,7 @@ class LocalLogs:
                 self.on_dir_failure(dir_key(log_dir), f"creating the log of {tp}: {exc}")
                 raise
             self._dir_of[tp] = log_dir
+            self._replicas_in[log_dir] += 1
         log, cache = opened
         log.reconfigure(self.log_config_for(info.topic_name))  # recovered with the defaults
         return partition_mod.Partition(
@@ -214,7 +220,9 @@ class LocalLogs:
         doomed = directory.with_name(f"{directory.name}.{random_uuid()}-delete")
         os.replace(directory, doomed)
         shutil.rmtree(doomed)
-        self._dir_of.pop(tp, None)
+        home = self._dir_of.pop(tp, None)
+        if home is not None:
+            self._replicas_in[home] -= 1
 
     def plan_checkpoints(self, high_watermarks: Mapping[TopicPartition, int] | None,
                          partitions: Iterable[partition_mod.Partition] | None) -> CheckpointPlan:
@@ -225,16 +233,24 @@ class LocalLogs:
         busy disk, which stalled every request on the loop)."""
         plan: CheckpointPlan = []
         online = self._online_dirs()
+        # Every replica in the one online dir (the usual single log dir): no per-replica
+        # lookup of its dir (at 10,000 replicas those lookups were most of the periodic tick).
+        single = (online[0] if len(online) == 1
+                  and self._replicas_in[online[0]] == len(self._dir_of) else None)
         if high_watermarks is not None:
             for log_dir in online:
-                mine = {tp: hw for tp, hw in high_watermarks.items() if self._dir_of.get(tp) == log_dir}
+                mine = (dict(high_watermarks) if single is not None else
+                        {tp: hw for tp, hw in high_watermarks.items() if self._dir_of.get(tp) == log_dir})
                 plan.append((log_dir, REPLICATION_CHECKPOINT, mine))
         if partitions is not None:
             by_dir: dict[pathlib.Path, list[partition_mod.Partition]] = {d: [] for d in online}
-            for partition in partitions:
-                home = self._dir_of.get(partition.topic_partition)
-                if home is not None and home in by_dir:
-                    by_dir[home].append(partition)
+            if single is not None:
+                by_dir[single] = list(partitions)
+            else:
+                for partition in partitions:
+                    home = self._dir_of.get(partition.topic_partition)
+                    if home is not None and home in by_dir:
+                        by_dir[home].append(partition)
             for log_dir, found in by_dir.items():
                 plan.append((log_dir, RECOVERY_POINT_CHECKPOINT,
                              {p.topic_partition: p.log.recovery_point for p in found}))

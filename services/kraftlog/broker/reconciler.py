@@ -28,6 +28,16 @@ spread over many small steps, each converging at most ``max_partitions`` replica
 the *current* image, so a broker with 10,000 replicas never stops its event loop for a
 whole pass; the driver runs a pass rarely (``RECONCILE_PASS_INTERVAL_S`` in the process).
 
+A delta may itself be large (10 CreateTopics of 100 partitions committed together, or a
+broker fenced with 3,333 leaderships): with ``max_partitions`` :meth:`Reconciler.apply_delta`
+converges only that many of its replicas at once and queues the rest, in order;
+:meth:`Reconciler.drain_pending` converges the next slice, each against the *current* image
+(so a replica changed again meanwhile converges once, on its latest state). The driver
+drains between event-loop turns, so a broker creating or moving thousands of replicas keeps
+answering health checks and fetches, and its followers start fetching the first replicas
+while the last are still being created (else their leaders, as busy, would find them out of
+sync after ``replica.lag.time.max.ms`` and shrink thousands of ISRs at once).
+
 Callers: the broker process's metadata publisher (:mod:`kraftlog.server.broker_server`),
 which then starts and stops replica fetchers as :class:`ReconcileResult` says.
 Log creation and deletion are injected (:class:`ReplicaStore`), so this module does
@@ -37,6 +47,7 @@ network. Single-threaded: one owner calls it.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -110,19 +121,66 @@ class Reconciler:
         self._pass: list[tuple[Uuid, int]] = []
         self._pass_local: list[tuple[TopicPartition, Uuid]] = []
         self.passes_completed = 0
+        # Delta work not done yet (apply_delta with max_partitions), in delta order: a
+        # deletion carries the replica's info as the delta saw it; an assignment only its
+        # (topic id, partition), looked up in the current image when its turn comes.
+        self._pending: collections.deque[tuple[im.PartitionInfo | None, tuple[Uuid, int]]] = \
+            collections.deque()
+        self._pending_assigned: set[tuple[Uuid, int]] = set()
 
     # -- entry points ----------------------------------------------------------------------------
 
     def apply_delta(self, delta: dl.MetadataDelta, image: im.MetadataImage, *,
-                    now_ms: int) -> ReconcileResult:
-        """Converge on what ``delta`` changed for this broker (the loader's publication)."""
+                    now_ms: int, max_partitions: int | None = None) -> ReconcileResult:
+        """Converge on what ``delta`` changed for this broker (the loader's publication).
+
+        With ``max_partitions``: at most that many replicas now (work queued by earlier
+        deltas first); the rest waits for :meth:`drain_pending` (see :attr:`pending`)."""
         self.image = image
         topics = delta.topics_delta
-        if topics is None:
-            return ReconcileResult()
-        changes = topics.local_changes(self.broker_id)
-        return self._apply(deletes=changes.deletes, assigned=changes.leaders + changes.followers,
-                           now_ms=now_ms)
+        if max_partitions is None and not self._pending:
+            if topics is None:
+                return ReconcileResult()
+            changes = topics.local_changes(self.broker_id)
+            return self._apply(deletes=changes.deletes,
+                               assigned=changes.leaders + changes.followers, now_ms=now_ms)
+        if topics is not None:
+            changes = topics.local_changes(self.broker_id)
+            for info in changes.deletes:
+                self._pending.append((info, (info.topic_id, info.partition_id)))
+            for info in (*changes.leaders, *changes.followers):
+                key = (info.topic_id, info.partition_id)
+                if key not in self._pending_assigned:  # queued already: converges on the latest
+                    self._pending_assigned.add(key)
+                    self._pending.append((None, key))
+        return self.drain_pending(image, max_partitions=max_partitions, now_ms=now_ms)
+
+    @property
+    def pending(self) -> int:
+        """Replicas queued by :meth:`apply_delta` and not converged yet."""
+        return len(self._pending)
+
+    def drain_pending(self, image: im.MetadataImage, *, max_partitions: int | None,
+                      now_ms: int) -> ReconcileResult:
+        """Converge up to ``max_partitions`` (None: all) queued replicas, oldest first,
+        against ``image``. A queued deletion is skipped when ``image`` assigns the replica
+        here again (same topic id): it is kept, as a full pass would keep it."""
+        self.image = image
+        result = ReconcileResult()
+        budget = len(self._pending) if max_partitions is None else max_partitions
+        while self._pending and budget > 0:
+            deleted, key = self._pending.popleft()
+            budget -= 1
+            topic = image.topics.get_topic(key[0])
+            current = topic.partition_info(key[1]) if topic is not None else None
+            if deleted is not None:
+                if current is None or self.broker_id not in current.registration.replicas:
+                    self._delete(deleted, result)
+                continue
+            self._pending_assigned.discard(key)
+            if current is not None:
+                self._converge(current, result, now_ms)
+        return result
 
     def reconcile_all(self, image: im.MetadataImage, *, now_ms: int) -> ReconcileResult:
         """Level-triggered pass: every replica the image assigns here, and every local one it

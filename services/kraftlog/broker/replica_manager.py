@@ -597,11 +597,15 @@ class ReplicaManager:
     def _session_changed(self, tp: TopicPartition) -> None:
         # A waiting incremental fetch reads the changed partition now, and answers if that
         # makes it answerable; sessions without a waiting fetch read it at their next one.
+        # Only that partition: the session's other dirty ones (some stay dirty until their
+        # follower joins the ISR) wait for their own change or the next fetch. Reading them
+        # all on every change was O(dirty) per change: thousands of ISR answers at once made
+        # a leader's loop read millions of partitions (issue 16).
         for session in self.fetch_sessions.mark_dirty(tp):
             wait = self._session_waits.get(session.session_id)
             if wait is None:
                 continue
-            news = self._session_read(wait.params, session, session.to_read(()), update_fetch_state=False)
+            news = self._session_read(wait.params, session, session.take_changed(tp), update_fetch_state=False)
             if self._session_waits.get(session.session_id) is not wait:
                 continue  # answered meanwhile (a storage error while reading woke it)
             wait.news.update(news)

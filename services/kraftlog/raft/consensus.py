@@ -482,6 +482,9 @@ class RaftClient:
         if state.accumulated and state.linger_deadline_ms is not None \
                 and now_ms >= state.linger_deadline_ms:
             self._drain_accumulator(state, now_ms)
+        if now_ms >= state.next_observer_expiry_ms:
+            state.next_observer_expiry_ms = now_ms + es.OBSERVER_EXPIRY_INTERVAL_MS
+            self._expire_observers(state, now_ms)
         if self.defer_leader_flush:
             # What is durable already (a log that syncs on append) counts at once.
             self._note_leader_flushed(state, now_ms)
@@ -1111,11 +1114,19 @@ class RaftClient:
             snapshot_id=request.snapshot_id, size=len(data), position=request.position,
             unaligned_records=data[request.position:request.position + chunk])
 
+    def _expire_observers(self, state: es.LeaderState, now_ms: int) -> None:
+        expired = state.expire_observers(now_ms)
+        if expired:
+            logger.info("[node=%s epoch=%s] event=observers_expired ids=%s idle_ms=%d", self.node_id,
+                        state.epoch, ",".join(map(str, expired)), es.OBSERVER_SESSION_TIMEOUT_MS)
+
     def handle_describe_quorum_request(self, now_ms: int) -> m.DescribeQuorumResponse:
         state = self.quorum.state
         if not isinstance(state, es.LeaderState):
             return m.DescribeQuorumResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER,
                                             leader_id=self.leader_hint(), leader_epoch=self.epoch)
+        # Only live observers are described, as Kafka's describeQuorum clears the inactive first.
+        self._expire_observers(state, now_ms)
 
         def describe(replica: es.ReplicaState) -> m.ReplicaDescription:
             return m.ReplicaDescription(

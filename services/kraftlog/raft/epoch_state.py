@@ -226,6 +226,14 @@ class ReplicaState:
         self.last_fetch_leader_end_offset = leader_end_offset
 
 
+OBSERVER_SESSION_TIMEOUT_MS = 300_000
+"""An observer that has not fetched for this long is forgotten by the leader (Kafka's
+``LeaderState.OBSERVER_SESSION_TIMEOUT_MS``): brokers come and go, and a Fetch may name any
+replica id, so the observer map must not only grow."""
+OBSERVER_EXPIRY_INTERVAL_MS = 30_000
+"""How often :meth:`LeaderState.expire_observers` walks the map from the leader's poll."""
+
+
 class LeaderState(EpochState):
     """Leading ``epoch``: replica fetch state, HW, linger buffer, check-quorum timer.
 
@@ -242,7 +250,7 @@ class LeaderState(EpochState):
     __slots__ = ("accumulated", "accumulated_bytes", "acknowledged", "check_quorum_deadline_ms",
                  "epoch_start_offset",
                  "fetched_voters", "high_watermark", "linger_deadline_ms", "local", "local_id",
-                 "next_offset", "observers", "voters")
+                 "next_observer_expiry_ms", "next_offset", "observers", "voters")
     role = Role.LEADER
 
     def __init__(self, epoch: Epoch, *, local_id: NodeId, voters: Iterable[int],
@@ -258,6 +266,8 @@ class LeaderState(EpochState):
             for v in sorted(voters)}
         self.local = self.voters.get(local_id) or ReplicaState(local_id, is_voter=False)
         self.observers: dict[tuple[int, uuid.Uuid], ReplicaState] = {}
+        self.next_observer_expiry_ms = 0
+        """When the leader's poll next walks ``observers`` for expired ones."""
         self.check_quorum_deadline_ms = check_quorum_deadline_ms
         self.fetched_voters: set[int] = set()
         # Proposed values waiting for the linger timer; they are promised the offsets
@@ -362,6 +372,16 @@ class LeaderState(EpochState):
             self.high_watermark = candidate
             return True
         return False
+
+    def expire_observers(self, now_ms: int, *, timeout_ms: int = OBSERVER_SESSION_TIMEOUT_MS) -> list[int]:
+        """Forget observers whose last Fetch is ``timeout_ms`` or more ago (Kafka's
+        ``clearInactiveObservers``); returns their node ids, in order."""
+        expired = sorted((key for key, replica in self.observers.items()
+                          if replica.last_fetch_ms is None or now_ms - replica.last_fetch_ms >= timeout_ms),
+                         key=lambda key: key[0])
+        for key in expired:
+            del self.observers[key]
+        return [node_id for node_id, _ in expired]
 
     def check_quorum(self, now_ms: int, *, check_quorum_timeout_ms: int) -> bool:
         """True while a majority fetched within the window (KIP-595 check-quorum)."""

@@ -75,8 +75,10 @@ import contextlib
 import logging
 import os
 import pathlib
+import resource as rlimit
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -115,7 +117,7 @@ from kraftlog.security import config as security_config
 from kraftlog.security import tls
 from kraftlog.server import controller_server, shared_server
 from kraftlog.storage import cleaner as storage_cleaner
-from kraftlog.storage import log_dir_lock, meta_properties
+from kraftlog.storage import file_handles, log_dir_lock, meta_properties
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.telemetry import broker_metrics as bm
 from kraftlog.telemetry import grpc_tracing, metrics, tracing
@@ -129,6 +131,15 @@ REPLICATION_CHECKPOINT = log_manager.REPLICATION_CHECKPOINT
 RECOVERY_POINT_CHECKPOINT = log_manager.RECOVERY_POINT_CHECKPOINT
 LOG_START_CHECKPOINT = log_manager.LOG_START_CHECKPOINT
 RECONCILE_PASS_INTERVAL_S = 120.0
+DELTA_STEP_PARTITIONS = 8
+"""Replicas a metadata delta converges at once; the rest of a large delta is drained by its
+own task in slices of this size for up to :data:`DELTA_TURN_BUDGET_S` per event-loop turn
+(creating or moving thousands of replicas must not stop health checks and fetches for
+seconds; a new leader's leader-epoch checkpoint alone is two fsyncs, 10-40 ms on a busy
+disk)."""
+DELTA_TURN_BUDGET_S = 0.05
+ALTER_PARTITION_MAX_PARTITIONS = 250
+"""Partitions per AlterPartition request; more pending ISR changes go in further requests."""
 """One full (level-triggered) reconcile pass per this many seconds, in a step per periodic
 tick; the metadata deltas do the real work, the pass only retries what they could not do."""
 METRICS_SAMPLE_INTERVAL_S = 1.0
@@ -246,6 +257,11 @@ BROKER_CONFIG = kconfig.ConfigDef([
                       doc="ms a CreateTime timestamp may lie after the leader's clock"),
     kconfig.ConfigKey(name="log.retention.check.interval.ms", type=_LONG, default=300_000,
                       validator=kconfig.at_least(1), doc="ms between retention passes"),
+    kconfig.ConfigKey(name="kraftlog.log.max.open.files", type=_I, default=0, validator=kconfig.at_least(0),
+                      doc="descriptors the segment files of all partition logs may hold open at once; "
+                          "the least recently used are closed and reopened on demand; "
+                          "0 = half of the open-files limit (RLIMIT_NOFILE, its soft limit raised "
+                          "to the hard one at start)"),
     kconfig.ConfigKey(name="kraftlog.malloc.mmap.threshold.bytes", type=_I,
                       default=DEFAULT_MALLOC_MMAP_THRESHOLD_BYTES, validator=kconfig.at_least(0),
                       doc="glibc M_MMAP_THRESHOLD for the broker process (its trim threshold is 4x): "
@@ -308,6 +324,19 @@ def check_log_dir(directory: pathlib.Path, node_id: int, cluster_id: str | None
     return props
 
 
+def _raise_open_files_limit() -> int:
+    """Raise the soft ``RLIMIT_NOFILE`` to the hard limit; the default ``kraftlog.log.max.open.files``."""
+    soft, hard = rlimit.getrlimit(rlimit.RLIMIT_NOFILE)
+    if hard == rlimit.RLIM_INFINITY or hard > soft:
+        target = hard if hard != rlimit.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            rlimit.setrlimit(rlimit.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            logger.warning("event=open_files_limit_unchanged soft=%d hard=%d error=%r", soft, hard, str(exc))
+    return file_handles.max_open_for_limit(soft)
+
+
 def broker_log_config(cfg: kconfig.Config) -> LogConfig:
     """The broker's defaults for every partition log (topics override them)."""
     return LogConfig(segment_bytes=cfg.get_int("log.segment.bytes"),
@@ -329,8 +358,11 @@ class _Publisher:
                  tracer: tracing.Tracer, quotas: tuple[rq.ReplicationQuota, ...] = (),
                  cluster_id: str = "",
                  on_configs: Callable[[Iterable[partition_mod.Partition]], None] | None = None,
-                 static_num_fetchers: int = 1) -> None:
+                 static_num_fetchers: int = 1,
+                 on_pending: Callable[[], None] | None = None) -> None:
         self.reconciler = reconciler
+        self._on_pending = on_pending
+        """Called when a delta left replicas queued (:meth:`drain_step` converges them)."""
         self._static_num_fetchers = static_num_fetchers
         self._on_configs = on_configs
         self.cluster_id = cluster_id
@@ -349,9 +381,19 @@ class _Publisher:
                 manager = self.reconciler.manager
                 self._on_configs(p for tp, p in manager.partitions.items()
                                  if not manager.is_offline(tp))
-        result = self.reconciler.apply_delta(delta, image, now_ms=wall_ms())
+        result = self.reconciler.apply_delta(
+            delta, image, now_ms=wall_ms(),
+            max_partitions=DELTA_STEP_PARTITIONS if self._on_pending is not None else None)
         self._metadata_offset = image.provenance.last_offset
         self.apply(result)
+        self._on_image()
+        if self.reconciler.pending and self._on_pending is not None:
+            self._on_pending()
+
+    def drain_step(self, image: im.MetadataImage) -> None:
+        """Converge the next :data:`DELTA_STEP_PARTITIONS` replicas a delta left queued."""
+        self.apply(self.reconciler.drain_pending(image, max_partitions=DELTA_STEP_PARTITIONS,
+                                                 now_ms=wall_ms()))
         self._on_image()
 
     def apply_throttles(self, image: im.MetadataImage) -> None:
@@ -589,6 +631,7 @@ class BrokerServer:
                                                    leader_quota=self.leader_quota)
         self._health_changed = asyncio.Event()
         self._alter_wakeup = asyncio.Event()
+        self._reconcile_wakeup = asyncio.Event()
         data = self.data = data_plane.DataPlane(manager, now_ms=wall_ms,
                                             on_alter_partition=self._alter_wakeup.set)
         partition_config = partition_mod.PartitionConfig(
@@ -599,7 +642,10 @@ class BrokerServer:
         logs = self.logs = log_manager.LocalLogs(
             broker_id=node_id, log_dirs=log_dirs, log_config=broker_log_config(cfg),
             partition_config=partition_config, image=lambda: loader.image, now_ms=wall_ms,
-            max_compaction_lag_ms=cfg.get_int("log.cleaner.max.compaction.lag.ms"))
+            max_compaction_lag_ms=cfg.get_int("log.cleaner.max.compaction.lag.ms"),
+            handles=file_handles.FileHandleCache(
+                max_open=cfg.get_int("kraftlog.log.max.open.files") or _raise_open_files_limit(),
+                lock=threading.Lock()))
         previous_broker_epoch = clean_shutdown.take(log_dirs)
         logs.recover_all()
         for failed_dir, reason in logs.startup_failures.items():
@@ -642,7 +688,8 @@ class BrokerServer:
                                     tracer=tracer.tracer,
                                     quotas=(self.leader_quota, self.follower_quota),
                                     cluster_id=cluster_id, on_configs=logs.apply_topic_configs,
-                                    static_num_fetchers=cfg.get_int(NUM_REPLICA_FETCHERS))
+                                    static_num_fetchers=cfg.get_int(NUM_REPLICA_FETCHERS),
+                                    on_pending=self._reconcile_wakeup.set)
         loader.add_publisher(self.publisher)
 
         # Group offsets (__consumer_offsets): published after the reconciler, so it sees the
@@ -767,6 +814,7 @@ class BrokerServer:
         self._tasks = [loop.create_task(self._publish_health(), name="broker-health"),
                        loop.create_task(self._send_alter_partitions(),
                                         name="broker-alter-partition"),
+                       loop.create_task(self._drain_reconcile(), name="broker-reconcile-drain"),
                        loop.create_task(self._periodic(), name="broker-periodic"),
                        loop.create_task(data.wait(), name="broker-data-plane"),
                        loop.create_task(lifecycle.wait(), name="broker-lifecycle"),
@@ -823,13 +871,30 @@ class BrokerServer:
                             gate.timed_out, ",".join(f"{p.topic_name}-{p.partition_id}"
                                                      for p in lagging[:10]) or "-")
 
+    async def _drain_reconcile(self) -> None:
+        # A large delta's replicas, a slice per event-loop turn (DELTA_STEP_PARTITIONS).
+        reconciler = self.publisher.reconciler
+        while True:
+            await self._reconcile_wakeup.wait()
+            self._reconcile_wakeup.clear()
+            while reconciler.pending:
+                await asyncio.sleep(0)
+                turn_ends = time.monotonic() + DELTA_TURN_BUDGET_S
+                while reconciler.pending and time.monotonic() < turn_ends:
+                    self.publisher.drain_step(self.loader.image)
+            self.groups.wake()
+
     async def _send_alter_partitions(self) -> None:
         while True:
             await self._alter_wakeup.wait()
             self._alter_wakeup.clear()
             requests = self.manager.take_alter_partition_requests()
-            if requests:
-                await _alter_partitions(self.client, self.manager, self.lifecycle, requests,
+            # In requests of at most ALTER_PARTITION_MAX_PARTITIONS, one after the other: the
+            # active controller handles each in one event, and thousands of partitions in one
+            # event stalled its loop past the quorum's fetch timeout.
+            for first in range(0, len(requests), ALTER_PARTITION_MAX_PARTITIONS):
+                await _alter_partitions(self.client, self.manager, self.lifecycle,
+                                        requests[first:first + ALTER_PARTITION_MAX_PARTITIONS],
                                         self.tracer.tracer,
                                         on_isr_change=None if self.broker_metrics is None
                                         else self.broker_metrics.observe_isr_change)
@@ -861,11 +926,16 @@ class BrokerServer:
                 failures = await asyncio.shield(self._checkpoint_write)
                 logs.report_checkpoint_failures(failures)
                 last_plan = None if failures else plan
+            # Each phase below walks every replica: at 10,000 a phase is tens of ms, so the
+            # loop gets a turn between them (health checks and fetches wait for one phase,
+            # not for the whole tick).
+            await asyncio.sleep(0)
             now = time.monotonic()
             # A full pass every RECONCILE_PASS_INTERVAL_S, a slice of it per tick.
             steps = max(1, int(RECONCILE_PASS_INTERVAL_S / tick_s))
             self.publisher.reconcile_step(self.loader.image,
                                           -(-2 * len(manager.partitions) // steps) + 1)
+            await asyncio.sleep(0)
             online = {tp: p for tp, p in manager.partitions.items() if not manager.is_offline(tp)}
             if now - last_retention >= retention_s:
                 last_retention = now
@@ -882,6 +952,7 @@ class BrokerServer:
             # Compaction (cleanup.policy=compact): planned and swapped in on this loop, which
             # owns every log; the decoding and rewriting in a worker thread. Backs off
             # log.cleaner.backoff.ms when no log is due.
+            await asyncio.sleep(0)
             online = {tp: p for tp, p in online.items() if not manager.is_offline(tp)}
             try:
                 planned = cleaner.plan(list(online.values()), wall_ms())

@@ -15,7 +15,9 @@ sanity check that decides whether a file must be rebuilt.
 Callers: :mod:`kraftlog.storage.segment` only. Kafka memory-maps preallocated
 index files; we keep the entries in ``array`` objects and append them to the
 file with one ``os.write`` per log append, so a file never has a zero-filled
-tail. A torn last entry (file size not a multiple of the entry size) or any
+tail. The descriptor is opened on first write and may be closed by the
+:class:`~kraftlog.storage.file_handles.FileHandleCache` between writes (issue 16).
+A torn last entry (file size not a multiple of the entry size) or any
 other inconsistency is reported by :meth:`OffsetIndex.load` /
 :meth:`TimeIndex.load` as :class:`kraftlog.errors.CorruptFileError`, and the
 segment rebuilds the index from the log.
@@ -34,6 +36,7 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from kraftlog.errors import CorruptFileError, InvariantViolation
+from kraftlog.storage import file_handles
 
 INT32_MAX = 2**31 - 1
 OFFSET_ENTRY_SIZE = 8
@@ -65,20 +68,18 @@ def _from_big_endian(typecode: str, data: bytes) -> array.array[int]:
 
 
 class _IndexFile:
-    """The append-only file behind an index: one fd kept open, pending bytes written per append."""
+    """The append-only file behind an index: a lazily opened descriptor, pending bytes written per append."""
 
-    __slots__ = ("_fd", "_pending", "_synced", "path")
+    __slots__ = ("_file", "_pending", "_synced")
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._fd: int | None = None
+    def __init__(self, path: str, handles: file_handles.FileHandleCache) -> None:
+        self._file = file_handles.LazyFile(path, flags=os.O_WRONLY | os.O_APPEND, cache=handles)
         self._pending = bytearray()
         self._synced = True
 
-    def _open(self) -> int:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        return self._fd
+    @property
+    def path(self) -> str:
+        return self._file.path
 
     def stage(self, data: bytes | array.array[int]) -> None:
         self._pending += data
@@ -86,44 +87,50 @@ class _IndexFile:
     def write_pending(self) -> None:
         if not self._pending:
             return
-        fd = self._open()
         pending = self._pending
-        written = os.write(fd, pending)
-        while written < len(pending):
-            written += os.write(fd, memoryview(pending)[written:])
+        fd = self._file.acquire()
+        try:
+            written = os.write(fd, pending)
+            while written < len(pending):
+                written += os.write(fd, memoryview(pending)[written:])
+        finally:
+            self._file.release()
         pending.clear()
         self._synced = False
 
     def rewrite(self, data: bytes) -> None:
-        """Replace the whole file (used after truncation and for rebuilds)."""
+        """Replace the whole file, creating it if need be (used after truncation and for rebuilds)."""
         self._pending.clear()
-        fd = self._open()
-        os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        self._file.create()
+        fd = self._file.acquire()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            self._file.release()
         self._synced = False
 
     def truncate(self, size: int) -> None:
         self.write_pending()
-        os.ftruncate(self._open(), size)
+        with self._file.pinned() as fd:
+            os.ftruncate(fd, size)
         self._synced = False
 
     def flush(self) -> None:
         self.write_pending()
-        if not self._synced and self._fd is not None:
-            os.fsync(self._fd)
+        if not self._synced:
+            # Any descriptor will do: the dirty pages belong to the file.
+            with self._file.pinned() as fd:
+                os.fsync(fd)
         self._synced = True
 
     def close(self) -> None:
         self.write_pending()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        self._file.close()
 
     def rename(self, new_path: str) -> None:
-        os.replace(self.path, new_path)
-        self.path = new_path
+        self._file.rename(new_path)
 
     def delete(self) -> None:
         self.close()
@@ -139,10 +146,11 @@ class OffsetIndex:
 
     __slots__ = ("_file", "_offsets", "_positions", "base_offset", "max_entries")
 
-    def __init__(self, path: str, base_offset: int, *, max_index_bytes: int) -> None:
+    def __init__(self, path: str, base_offset: int, *, max_index_bytes: int,
+                 handles: file_handles.FileHandleCache = file_handles.UNBOUNDED) -> None:
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // OFFSET_ENTRY_SIZE)
-        self._file = _IndexFile(path)
+        self._file = _IndexFile(path, handles)
         self._offsets: array.array[int] = array.array("i")
         self._positions: array.array[int] = array.array("i")
 
@@ -151,13 +159,14 @@ class OffsetIndex:
         return self._file.path
 
     @classmethod
-    def load(cls, path: str, base_offset: int, *, max_index_bytes: int, log_size: int) -> OffsetIndex:
+    def load(cls, path: str, base_offset: int, *, max_index_bytes: int, log_size: int,
+             handles: file_handles.FileHandleCache = file_handles.UNBOUNDED) -> OffsetIndex:
         """Read an existing ``.index`` and sanity-check it against the log file's size.
 
         Raises CorruptFileError (naming the file and entry) when the file is
         missing, torn, out of order or points past the end of the log.
         """
-        index = cls(path, base_offset, max_index_bytes=max_index_bytes)
+        index = cls(path, base_offset, max_index_bytes=max_index_bytes, handles=handles)
         data = _read_file(path)
         if data is None:
             raise CorruptFileError(path, "offset index file is missing")
@@ -293,10 +302,11 @@ class TimeIndex:
 
     __slots__ = ("_file", "_offsets", "_timestamps", "base_offset", "max_entries")
 
-    def __init__(self, path: str, base_offset: int, *, max_index_bytes: int) -> None:
+    def __init__(self, path: str, base_offset: int, *, max_index_bytes: int,
+                 handles: file_handles.FileHandleCache = file_handles.UNBOUNDED) -> None:
         self.base_offset = base_offset
         self.max_entries = max(1, max_index_bytes // TIME_ENTRY_SIZE)
-        self._file = _IndexFile(path)
+        self._file = _IndexFile(path, handles)
         self._timestamps: array.array[int] = array.array("q")
         self._offsets: array.array[int] = array.array("i")
 
@@ -305,12 +315,13 @@ class TimeIndex:
         return self._file.path
 
     @classmethod
-    def load(cls, path: str, base_offset: int, *, max_index_bytes: int, next_offset: int) -> TimeIndex:
+    def load(cls, path: str, base_offset: int, *, max_index_bytes: int, next_offset: int,
+             handles: file_handles.FileHandleCache = file_handles.UNBOUNDED) -> TimeIndex:
         """Read an existing ``.timeindex``; every entry must name an offset in [base, next_offset).
 
         Raises CorruptFileError naming the file and entry otherwise.
         """
-        index = cls(path, base_offset, max_index_bytes=max_index_bytes)
+        index = cls(path, base_offset, max_index_bytes=max_index_bytes, handles=handles)
         data = _read_file(path)
         if data is None:
             raise CorruptFileError(path, "time index file is missing")

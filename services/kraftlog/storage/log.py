@@ -42,7 +42,7 @@ from kraftlog.errors import (
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
-from kraftlog.storage import atomic_file, varint
+from kraftlog.storage import atomic_file, file_handles, varint
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import segment as segment_mod
 from kraftlog.storage.log_config import LogConfig
@@ -151,11 +151,12 @@ class Log:
 
     def __init__(self, directory: str, config: LogConfig, segments: list[LogSegment], *,
                  log_start_offset: int, recovery_point: int, epoch_cache: EpochCacheUpdater | None,
-                 now_ms: int) -> None:
+                 now_ms: int, handles: file_handles.FileHandleCache = file_handles.UNBOUNDED) -> None:
         if not segments:
             raise InvariantViolation(f"{directory}: a log needs at least one segment")
         self._directory = directory
         self._config = config
+        self._handles = handles
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._log_start_offset = log_start_offset
@@ -170,7 +171,8 @@ class Log:
     @classmethod
     def open(cls, directory: str | os.PathLike[str], config: LogConfig, *, now_ms: int,
              recovery_point: int = 0, log_start_offset: int = 0,
-             epoch_cache: EpochCacheUpdater | None = None) -> Log:
+             epoch_cache: EpochCacheUpdater | None = None,
+             handles: file_handles.FileHandleCache = file_handles.UNBOUNDED) -> Log:
         """Open (creating if needed) a partition directory, recovering it after an unclean shutdown.
 
         ``recovery_point`` and ``log_start_offset`` come from the
@@ -179,7 +181,9 @@ class Log:
         indexes are sanity-checked and rebuilt if needed); the segment holding
         the recovery point and later ones are CRC-scanned and cut at the first
         invalid batch (Kafka's LogLoader). Raises CorruptRecordError if data
-        below the recovery point is damaged.
+        below the recovery point is damaged. ``handles`` bounds the descriptors
+        this log's segment files hold open, together with every other log that
+        shares it (the default never closes one).
         """
         path = os.fspath(directory)
         os.makedirs(path, exist_ok=True)
@@ -188,14 +192,15 @@ class Log:
         segments: list[LogSegment] = []
         try:
             for base in bases:
-                segments.append(LogSegment.open_existing(path, base, config=config, now_ms=now_ms))
+                segments.append(LogSegment.open_existing(path, base, config=config, now_ms=now_ms,
+                                                         handles=handles))
             segments = _load_segments(path, segments, recovery_point)
         except BaseException:
             for seg in segments:
                 seg.close_handles()
             raise
         if not segments:
-            segments = [LogSegment.create(path, log_start_offset, config=config, now_ms=now_ms)]
+            segments = [LogSegment.create(path, log_start_offset, config=config, now_ms=now_ms, handles=handles)]
         log_end_offset = segments[-1].next_offset
         if log_end_offset < log_start_offset:
             # The log start checkpoint is ahead of everything on disk (records
@@ -204,7 +209,7 @@ class Log:
                            path, log_end_offset, log_start_offset)
             for seg in segments:
                 seg.delete()
-            segments = [LogSegment.create(path, log_start_offset, config=config, now_ms=now_ms)]
+            segments = [LogSegment.create(path, log_start_offset, config=config, now_ms=now_ms, handles=handles)]
             log_end_offset = log_start_offset
         if recovery_point > log_end_offset:
             logger.warning("log=%s event=recovery_point_beyond_log_end recovery_point=%d log_end_offset=%d",
@@ -212,7 +217,7 @@ class Log:
         log = cls(path, config, segments,
                   log_start_offset=max(log_start_offset, segments[0].base_offset),
                   recovery_point=min(recovery_point, log_end_offset),
-                  epoch_cache=epoch_cache, now_ms=now_ms)
+                  epoch_cache=epoch_cache, now_ms=now_ms, handles=handles)
         if epoch_cache is not None:
             epoch_cache.truncate_from_end(log_end_offset)
             epoch_cache.truncate_from_start(log.log_start_offset)
@@ -440,7 +445,8 @@ class Log:
             self._bases.pop()
         else:
             old.on_become_inactive()
-        segment = LogSegment.create(self._directory, new_base, config=self._config, now_ms=now_ms)
+        segment = LogSegment.create(self._directory, new_base, config=self._config, now_ms=now_ms,
+                                    handles=self._handles)
         self._segments.append(segment)
         self._bases.append(new_base)
         self._dir_dirty = True
@@ -558,7 +564,8 @@ class Log:
         now_ms = self._segments[-1].created_ms
         for seg in self._segments:
             self._delete_segment(seg, reason=f"truncate fully and start at {offset}")
-        self._segments = [LogSegment.create(self._directory, offset, config=self._config, now_ms=now_ms)]
+        self._segments = [LogSegment.create(self._directory, offset, config=self._config, now_ms=now_ms,
+                                            handles=self._handles)]
         self._bases = [offset]
         self._dir_dirty = True
         self._log_start_offset = offset
@@ -712,7 +719,8 @@ class Log:
         os.replace(swap_path, os.path.join(self._directory, log_name))
         atomic_file.fsync_dir(self._directory)
         step("rename")
-        new = LogSegment.open_existing(self._directory, base, config=self._config, now_ms=now_ms)
+        new = LogSegment.open_existing(self._directory, base, config=self._config, now_ms=now_ms,
+                                       handles=self._handles)
         try:
             # Every offset of the old run must be covered: a short file is a
             # corrupt cleaning output and raises instead of being cut.
