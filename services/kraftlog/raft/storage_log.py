@@ -69,6 +69,7 @@ from kraftlog.errors import (
     InvariantViolation,
     OffsetOutOfRangeError,
 )
+from kraftlog.ids import TopicPartition
 from kraftlog.raft import snapshot as snap
 from kraftlog.raft.messages import OffsetAndEpoch
 from kraftlog.raft.raft_log import LogAppendInfo, PendingFlush
@@ -78,14 +79,13 @@ from kraftlog.storage import (
     leader_epoch,
     log_config,
     segment,
-    topic_partition,
 )
 from kraftlog.storage import batch_header as bh
 from kraftlog.storage import log as storage_log
 
 logger = logging.getLogger(__name__)
 
-METADATA_TOPIC_PARTITION = topic_partition.TopicPartition(topic="__cluster_metadata", partition=0)
+METADATA_TOPIC_PARTITION = TopicPartition(topic="__cluster_metadata", partition=0)
 TAIL_CACHE_BYTES = 1 << 20
 """Recently appended bytes kept in memory for reads (halved when exceeded)."""
 FULL_FLUSH_INTERVAL_BYTES = 16 << 20

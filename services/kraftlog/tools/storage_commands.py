@@ -55,7 +55,8 @@ if TYPE_CHECKING:
 
 from kraftlog import cli_conventions as conventions
 from kraftlog import errors
-from kraftlog.ids import NodeId
+from kraftlog import ids as uuid
+from kraftlog.ids import METADATA_PARTITION_DIR, NodeId
 from kraftlog.raft import control_records
 from kraftlog.raft import snapshot as raft_snapshot
 from kraftlog.raft import voter_set as voter_set_mod
@@ -66,12 +67,8 @@ from kraftlog.storage import (
     dump,
     log_dir_lock,
     meta_properties,
-    topic_partition,
-    uuid,
 )
 from kraftlog.storage import record_batch as rb
-
-METADATA_PARTITION_DIR = topic_partition.METADATA_PARTITION_DIR
 
 BOOTSTRAP_SNAPSHOT_ID = OffsetAndEpoch(offset=0, epoch=0)
 """Kafka's bootstrap checkpoint of a dynamic quorum: ``00000000000000000000-0000000000.checkpoint``."""
