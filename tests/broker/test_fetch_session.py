@@ -261,3 +261,37 @@ def test_a_change_under_a_waiting_fetch_reads_that_partition_not_every_dirty_one
         rm.make_leader(TP, leader_epoch=0, partition_epoch=2 + n, replicas=(1, 2), isr=(1, 2),
                        now_ms=T0 + n)
     assert reads.get(OTHER, 0) == 0 and reads.get(TP, 0) >= 1
+
+
+def test_a_new_leader_counts_a_waiting_session_follower_at_once(tmp_path: pathlib.Path) -> None:
+    # Found by tests/broker/test_process.py (the leader kill): the surviving follower's session
+    # fetch reached the new leader before its metadata made it leader, was refused, and its
+    # next (idle) fetch waited there while the leadership arrived. That change was read
+    # without counting the follower's position, and no later idle fetch read the partition,
+    # so the new leader never learnt the follower held its whole log: the high watermark
+    # stayed behind, and acknowledged records unreadable, until the next append.
+    rm = manager(tmp_path)
+    rm.append_records({TP: batch(b"a", b"b")}, required_acks=1, timeout_ms=100, now_ms=T0)
+    partition = rm.get_partition(TP)
+    assert partition is not None and partition.high_watermark == 0
+    rm.make_follower(TP, leader_id=3, leader_epoch=1, partition_epoch=1, replicas=(3, 1, 2))
+    at_end = {TP: purgatory.FetchPartitionRequest(
+        fetch_offset=partition.log_end_offset, partition_max_bytes=1 << 20, current_leader_epoch=2)}
+    opened = rm.fetch_messages(params(max_wait_ms=0), at_end, now_ms=T0,
+                               session=fs.SessionRequest(session_id=0, epoch=fs.INITIAL_EPOCH))
+    assert opened.responses is not None
+    assert opened.responses[TP].error is ErrorCode.UNKNOWN_LEADER_EPOCH  # not its epoch yet
+    waiting = rm.fetch_messages(params(), {}, now_ms=T0 + 100,
+                                session=fs.SessionRequest(session_id=opened.session_id, epoch=1))
+    assert waiting.delayed_op_id is not None
+    rm.make_leader(TP, leader_epoch=2, partition_epoch=2, replicas=(3, 1, 2), isr=(1, 2),
+                   now_ms=T0 + 150)
+    assert partition.high_watermark == 0  # the follower's position is not known yet
+    # The waiting fetch is answered now (not at its deadline), so the follower asks again...
+    [done] = rm.take_completed().fetches
+    assert done.op_id == waiting.delayed_op_id
+    assert done.responses[TP].error is ErrorCode.NONE
+    # ...and its next idle fetch counts its position: the high watermark reaches the log end.
+    rm.fetch_messages(params(), {}, now_ms=T0 + 151,
+                      session=fs.SessionRequest(session_id=opened.session_id, epoch=2))
+    assert partition.high_watermark == partition.log_end_offset == 2

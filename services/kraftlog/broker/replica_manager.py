@@ -601,16 +601,35 @@ class ReplicaManager:
         # follower joins the ISR) wait for their own change or the next fetch. Reading them
         # all on every change was O(dirty) per change: thousands of ISR answers at once made
         # a leader's loop read millions of partitions (issue 16).
+        #
+        # The waiting fetch's position is not counted by this read (as Kafka's DelayedFetch
+        # completion). When this leader knows no position of the follower at all (it just
+        # became leader: the fetch came in while it was not, and so counted nothing), the
+        # fetch is answered now and the partition stays dirty, so the follower's next fetch,
+        # even an idle one, is read and counted; else the high watermark would wait for the
+        # follower's next change of fetch offset, i.e. the next append (test_process's
+        # leader kill: acknowledged records unreadable from the new leader).
         for session in self.fetch_sessions.mark_dirty(tp):
             wait = self._session_waits.get(session.session_id)
             if wait is None:
                 continue
+            unknown = self._position_unknown(session.replica_id, tp)
             news = self._session_read(wait.params, session, session.take_changed(tp), update_fetch_state=False)
             if self._session_waits.get(session.session_id) is not wait:
                 continue  # answered meanwhile (a storage error while reading woke it)
             wait.news.update(news)
-            if self._session_answerable(wait.params, wait.news):
+            if unknown:
+                session.dirty.add(tp)
+            if unknown or self._session_answerable(wait.params, wait.news):
                 self._answer_session(session.session_id)
+
+    def _position_unknown(self, replica_id: int, tp: TopicPartition) -> bool:
+        """Whether ``tp`` is led here and its leader knows no log end of follower ``replica_id``."""
+        partition = self._partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            return False
+        replica = partition.replica_status(replica_id)
+        return replica is not None and replica.log_end_offset == partition_mod.UNKNOWN_OFFSET
 
     def _answer_session(self, session_id: int) -> None:
         wait = self._session_waits.pop(session_id, None)
