@@ -13,9 +13,10 @@ Where the answers come from:
   DescribeCluster, UnregisterBroker, ListPartitionReassignments) are forwarded to the active
   controller's ControllerService. A controller that is not active answers
   NOT_CONTROLLER with a hint (its ``active_controller``); the locator follows the
-  hint, or walks the bootstrap list, with ``retry.backoff.ms`` between rounds, until
-  the call's deadline. A controller that cannot be reached (gRPC UNAVAILABLE,
-  DEADLINE_EXCEEDED) is skipped the same way. Only those two outcomes are retried:
+  hint, or walks the bootstrap list (the order is
+  :class:`~kraftlog.controller_locator.ControllerLocator`'s), with ``retry.backoff.ms``
+  between rounds, until the call's deadline. A controller that cannot be reached (gRPC
+  UNAVAILABLE, DEADLINE_EXCEEDED) is skipped the same way. Only those two outcomes are retried:
   every other answer, errors included, goes back to the caller. As with Kafka's
   AdminClient, a write whose connection broke after the controller committed it is
   retried on the next controller and may then answer TOPIC_ALREADY_EXISTS (or
@@ -56,6 +57,7 @@ import grpc.aio
 
 from kraftlog import rpc, rpc_guard
 from kraftlog.admin import quorum_history, topic_health
+from kraftlog.controller_locator import ControllerLocator
 from kraftlog.error_codes import ErrorCode
 from kraftlog.storage import batch_header as bh
 from kraftlog.v1 import (
@@ -159,9 +161,14 @@ class ClusterLocator:
         self._interceptors = tuple(interceptors)
         """Client interceptors of every channel (tracing: the caller's trace goes on)."""
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self._active_controller: str | None = None
-        self._raft_leader: str | None = None
+        self._controllers = ControllerLocator[str](self._bootstrap_controllers)
+        """The active controller's address and the order to look for it in."""
+        self._raft = ControllerLocator[str](self._bootstrap_controllers)
+        """The same for the raft leader (DescribeQuorum)."""
         self._preferred_broker: int | None = None
+
+    def _bootstrap_controllers(self) -> Sequence[str]:
+        return self.settings.bootstrap_controllers
 
     def channel(self, target: str) -> grpc.aio.Channel:
         channel = self._channels.get(target)
@@ -180,14 +187,16 @@ class ClusterLocator:
 
     @property
     def active_controller(self) -> str | None:
-        return self._active_controller
+        return self._controllers.active
 
     def _attempt_cap_s(self) -> float:
         return self.settings.request_timeout_ms / 1000
 
-    def _candidates(self, first: str | None) -> list[str]:
-        order = ([first] if first else []) + list(self.settings.bootstrap_controllers)
-        return list(dict.fromkeys(order))
+    async def _back_off(self, deadline: Deadline) -> None:
+        # A full round without an active controller: the quorum is electing, or the new
+        # leader's controller is still activating. Back off, then retry.
+        await asyncio.sleep(min(self.settings.retry_backoff_ms / 1000,
+                                max(deadline.remaining(), 0)))
 
     def _hint_target(self, hint: common_pb2.LeaderHint) -> str | None:
         if hint.leader_id < 0:
@@ -205,8 +214,8 @@ class ClusterLocator:
         Raises :class:`RequestFailed` (NOT_CONTROLLER) naming every controller tried
         when none answered as the active one in time."""
         tried: dict[str, str] = {}
-        pending = self._candidates(self._active_controller)
-        asked_this_round: set[str] = set()
+        locator = self._controllers
+        locator.begin()
         while True:
             if deadline.expired():
                 raise RequestFailed(ErrorCode.NOT_CONTROLLER, (
@@ -214,66 +223,52 @@ class ClusterLocator:
                     "tried " + ", ".join(f"{t} ({why})" for t, why in sorted(tried.items()))
                     if tried else f"{rpc}: deadline of {deadline.timeout_s:.1f} s passed "
                                   "before any controller could be asked"))
-            if not pending:
-                pending = self._candidates(self._active_controller)
-            target = pending.pop(0)
-            if target in asked_this_round:
-                # A full round without an active controller: the quorum is electing, or
-                # the new leader's controller is still activating. Back off, then retry.
-                asked_this_round.clear()
-                await asyncio.sleep(min(self.settings.retry_backoff_ms / 1000,
-                                        max(deadline.remaining(), 0)))
-                if deadline.expired():
+            attempt = locator.next()
+            if attempt is None or attempt.back_off:
+                await self._back_off(deadline)
+                if attempt is None or deadline.expired():
                     continue
-            asked_this_round.add(target)
+            target = attempt.target
             stub = controller_pb2_grpc.ControllerServiceStub(self.channel(target))
             try:
                 answer = await getattr(stub, rpc)(
                     request, timeout=deadline.attempt(self._attempt_cap_s()))
             except grpc.aio.AioRpcError as exc:
                 tried[target] = exc.code().name
-                if self._active_controller == target:
-                    self._active_controller = None
+                locator.unreachable(target)
                 continue
             if answer.error.code != common_pb2.NOT_CONTROLLER:
-                if self._active_controller != target:
+                if locator.active != target:
                     logger.info("event=active_controller target=%s leader=%s epoch=%s "
                                 "rpc=%s waited_ms=%d tried=%r", target,
                                 answer.active_controller.leader_id,
                                 answer.active_controller.leader_epoch, rpc,
                                 (deadline.timeout_s - deadline.remaining()) * 1000, tried)
-                self._active_controller = target
+                locator.answered(target)
                 return answer
             hint = answer.active_controller
             tried[target] = f"NOT_CONTROLLER, leader {hint.leader_id}"
-            if self._active_controller == target:
-                self._active_controller = None
-            hinted = self._hint_target(hint)
-            if hinted is not None:
-                pending = [hinted] + [t for t in pending if t != hinted]
+            locator.not_controller(target, self._hint_target(hint))
 
     # -- the raft leader -----------------------------------------------------------------------
 
     async def describe_quorum(self, deadline: Deadline) -> tuple[str, raft_pb2.DescribeQuorumResponse]:
         """The raft leader's address and its DescribeQuorum answer."""
         tried: dict[str, str] = {}
-        pending = self._candidates(self._raft_leader or self._active_controller)
-        asked_this_round: set[str] = set()
+        locator = self._raft
+        # The active controller is most likely the raft leader too (combined or not).
+        locator.begin(None if locator.active is not None else self._controllers.active)
         while True:
             if deadline.expired():
                 raise RequestFailed(ErrorCode.NOT_CONTROLLER, (
                     f"DescribeQuorum: no raft leader answered within {deadline.timeout_s:.1f} s; "
                     "tried " + ", ".join(f"{t} ({why})" for t, why in sorted(tried.items()))))
-            if not pending:
-                pending = self._candidates(self._raft_leader)
-            target = pending.pop(0)
-            if target in asked_this_round:
-                asked_this_round.clear()
-                await asyncio.sleep(min(self.settings.retry_backoff_ms / 1000,
-                                        max(deadline.remaining(), 0)))
-                if deadline.expired():
+            attempt = locator.next()
+            if attempt is None or attempt.back_off:
+                await self._back_off(deadline)
+                if attempt is None or deadline.expired():
                     continue
-            asked_this_round.add(target)
+            target = attempt.target
             stub = raft_pb2_grpc.RaftServiceStub(self.channel(target))
             try:
                 answer: raft_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
@@ -282,18 +277,14 @@ class ClusterLocator:
                     timeout=deadline.attempt(self._attempt_cap_s()))
             except grpc.aio.AioRpcError as exc:
                 tried[target] = exc.code().name
-                if self._raft_leader == target:
-                    self._raft_leader = None
+                locator.unreachable(target)
                 continue
             if answer.error.code == common_pb2.NONE:
-                self._raft_leader = target
+                locator.answered(target)
                 return target, answer
             tried[target] = f"{ErrorCode(answer.error.code).name}, leader {answer.leader_id}"
-            if self._raft_leader == target:
-                self._raft_leader = None
             hinted = self._leader_address(answer)
-            if hinted is not None and hinted != target:
-                pending = [hinted] + [t for t in pending if t != hinted]
+            locator.not_controller(target, hinted if hinted != target else None)
 
     def _leader_address(self, answer: raft_pb2.DescribeQuorumResponse) -> str | None:
         if answer.leader_id < 0:

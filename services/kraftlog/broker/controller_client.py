@@ -3,7 +3,9 @@
 Owns :class:`ControllerClient` — calls ControllerService on the active controller,
 found from the raft leader the metadata observer knows, then from NOT_CONTROLLER
 hints (``active_controller``), else by trying the voters of
-``controller.quorum.voters`` in turn, until the call's deadline; with a dynamic quorum
+``controller.quorum.voters`` in turn, pausing after each round that found none, until
+the call's deadline (the order is :class:`~kraftlog.controller_locator.ControllerLocator`'s);
+with a dynamic quorum
 (KIP-853) the voters are those of the metadata log (:class:`KnownControllers`), so a
 controller added later is reached too — and
 :class:`BrokerLifecycle` (Kafka's BrokerLifecycleManager): BrokerRegistration
@@ -43,6 +45,7 @@ import grpc
 
 from kraftlog import errors, rpc
 from kraftlog.broker import producer_ids
+from kraftlog.controller_locator import ControllerLocator
 from kraftlog.error_codes import ErrorCode
 from kraftlog.ids import Uuid
 from kraftlog.metadata import record_convert
@@ -92,8 +95,7 @@ class ControllerClient:
         self._raft_leader = raft_leader
         self.request_timeout_ms = request_timeout_ms
         self._channels: dict[int, Any] = {}
-        self._hint = -1
-        self._next = 0
+        self._locator = ControllerLocator[int](self._candidates)
 
     def _stub(self, node_id: int) -> controller_pb2_grpc.ControllerServiceStub:
         channel = self._channels.get(node_id)
@@ -102,15 +104,12 @@ class ControllerClient:
                 self.voters[node_id], options=rpc.channel_options(retry_backoff_ms=50))
         return controller_pb2_grpc.ControllerServiceStub(channel)
 
-    def _target(self) -> int:
-        for candidate in (self._hint, self._raft_leader()):
-            if candidate in self.voters:
-                return candidate
-        ids = sorted(self.voters)
-        if not ids:
-            return -1  # a dynamic quorum whose voters the metadata log has not named yet
-        self._next = (self._next + 1) % len(ids)
-        return ids[self._next]
+    def _candidates(self) -> list[int]:
+        # The raft leader this broker's metadata log knows, then every voter. Empty for a
+        # dynamic quorum whose voters the metadata log has not named yet.
+        voters = self.voters
+        leader = self._raft_leader()
+        return ([leader] if leader in voters else []) + sorted(voters)
 
     async def call(self, method: str, request: Any, *, deadline_s: float) -> Any:
         """``method`` on the active controller; the last answer (maybe an error) at the deadline.
@@ -118,15 +117,25 @@ class ControllerClient:
         Raises TimeoutError when no controller answered at all before ``deadline_s``
         (a ``time.monotonic()`` instant)."""
         last: Any = None
+        locator = self._locator
+        locator.begin()
         while True:
-            target = self._target()
             remaining = deadline_s - time.monotonic()
             if remaining <= 0:
                 if last is not None:
                     return last
                 raise TimeoutError(f"{method}: no controller answered")
-            if target < 0:
-                await asyncio.sleep(RETRY_BACKOFF_S)
+            attempt = locator.next()
+            if attempt is None or attempt.back_off:
+                await asyncio.sleep(min(RETRY_BACKOFF_S, remaining))
+                if attempt is None:
+                    continue
+                remaining = deadline_s - time.monotonic()
+                if remaining <= 0:
+                    continue
+            target = attempt.target
+            if target not in self.voters:
+                locator.unreachable(target)  # removed from a dynamic quorum meanwhile
                 continue
             try:
                 answer = await getattr(self._stub(target), method)(
@@ -134,17 +143,14 @@ class ControllerClient:
             except grpc.aio.AioRpcError as exc:
                 logger.debug("event=controller_call_failed method=%s controller=%d code=%s",
                              method, target, exc.code().name)
-                self._hint = -1
-                await asyncio.sleep(RETRY_BACKOFF_S)
+                locator.unreachable(target)
                 continue
             last = answer
             if answer.error.code != ErrorCode.NOT_CONTROLLER:
-                self._hint = target
+                locator.answered(target)
                 return answer
             hint = answer.active_controller.leader_id
-            self._hint = hint if hint in self.voters and hint != target else -1
-            if self._hint < 0:
-                await asyncio.sleep(RETRY_BACKOFF_S)
+            locator.not_controller(target, hint if hint in self.voters else None)
 
     def clone(self) -> ControllerClient:
         """A client to the same controllers with channels of its own (created on the event
