@@ -33,7 +33,6 @@ import tempfile
 import time
 
 from kraftlog.broker import data_plane, fetcher_driver, server
-from kraftlog.metadata import image as im
 from kraftlog.storage import record_batch as rb
 from kraftlog.storage.log_config import LogConfig
 from kraftlog.v1 import broker_pb2
@@ -53,7 +52,7 @@ RECORD_BYTES = 1024
 def fetch_bytes(replica_id: int, offset: int, *, leader_epoch: int = -1, last_epoch: int = -1,
                 log_start: int = -1, partition_max_bytes: int = 1 << 20) -> bytes:
     return broker_pb2.FetchRequest(
-        replica_id=replica_id, replica_epoch=1, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
+        replica_id=replica_id, replica_epoch=replica_id, max_wait_ms=0, min_bytes=1, max_bytes=50 << 20,
         topics=[broker_pb2.FetchRequest.FetchTopic(topic=harness.TOPIC, partitions=[
             broker_pb2.FetchRequest.FetchPartition(
                 partition=0, current_leader_epoch=leader_epoch, fetch_offset=offset,
@@ -66,12 +65,14 @@ async def measure(batches: int, root: pathlib.Path) -> dict[str, list[float]]:
     cluster = harness.Cluster(root)
     now = [harness.T0]
     planes = {b: data_plane.DataPlane(cluster.managers[b], now_ms=lambda: now[0]) for b in cluster.broker_ids}
-    servicer = server.BrokerServicer(planes[1], broker_id=1, cluster_id="bench", image=lambda: im.EMPTY,
+    registered = harness.registered_brokers(*cluster.broker_ids)  # replica Fetch: KIP-903
+    servicer = server.BrokerServicer(planes[1], broker_id=1, cluster_id="bench", image=lambda: registered,
                                      controller_id=lambda: 1, listener_name="PLAINTEXT")
     fetchers: dict[int, fetcher_driver.ReplicaFetcher] = {}
     for broker_id in (2, 3):
         fetcher = fetcher_driver.ReplicaFetcher(
-            broker_id=broker_id, source_id=1, endpoint=lambda _id: None, broker_epoch=lambda: 1,
+            broker_id=broker_id, source_id=1, endpoint=lambda _id: None,
+            broker_epoch=lambda broker_id=broker_id: broker_id,
             data=planes[broker_id], config=fetcher_driver.FetcherConfig())
         fetcher.states[harness.TP] = cluster.fetchers[broker_id]
         fetchers[broker_id] = fetcher

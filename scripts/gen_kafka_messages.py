@@ -455,8 +455,8 @@ def render(spec: pathlib.Path, messages: list[Message]) -> str:
            "import functools",
            "from typing import ClassVar",
            "",
-           "from kraftlog.protocol import schema, wire",
-           "from kraftlog.ids import ZERO_UUID, Uuid"]
+           "from kraftlog.ids import ZERO_UUID, Uuid",
+           "from kraftlog.protocol import schema, wire"]
     seen: set[str] = set()
     names: list[str] = []
     for message in messages:

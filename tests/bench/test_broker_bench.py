@@ -63,7 +63,7 @@ def test_bad_arguments_fail_with_one_line_and_no_cluster() -> None:
                     reason="nats-server is not installed (Debian: apt-get install nats-server)")
 def test_tiny_run_reports_every_ratio_and_reads_everything_back(tmp_path: pathlib.Path) -> None:
     records = 2000
-    done = run_bench("--records", str(records), "--latency-seconds", "1.5",
+    done = run_bench("--records", str(records), "--latency-seconds", "1.5", "--rest-seconds", "1.5",
                      "--phase-seconds", "30", "--grpc-seconds", "0.5", tmp=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "Traceback" not in done.stderr
@@ -77,15 +77,17 @@ def test_tiny_run_reports_every_ratio_and_reads_everything_back(tmp_path: pathli
                                                  "nats_produce", "nats_consume"}
     assert all(us > 0 for us in result["cpu_us_per_record"].values())
     assert set(result["pass"]) == {"produce_msgs_ratio", "latency_p99_ratio",
-                                   "consume_mb_ratio"}
+                                   "consume_mb_ratio", "rest_p50_ms"}
     assert all(isinstance(ok, bool) for ok in result["pass"].values())
     for system in ("kraftlog", "nats"):
         phases = result[system]
         assert phases["produce"]["records"] == records, system
         assert phases["latency"]["n"] > 0, system
-        # 10 warm-up records, the max-rate phase and the paced phase, all read back.
+        # 10 warm-up records, the max-rate, paced and at-rest phases, all read back.
+        assert phases["rest"]["records"] > 0, system
         assert phases["consume"]["records"] == (
-            10 + phases["produce"]["records"] + phases["latency"]["records"]), system
+            10 + phases["produce"]["records"] + phases["latency"]["records"]
+            + phases["rest"]["records"]), system
     # Both systems were paced at the same rate: half of kraftlog's measured maximum.
     assert result["nats"]["latency"]["target_rate"] == result["kraftlog"]["latency"][
         "target_rate"] == pytest.approx(result["kraftlog"]["produce"]["msgs_per_s"] / 2, abs=0.1)
