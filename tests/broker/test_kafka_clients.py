@@ -313,8 +313,14 @@ def test_confluent_kafka_admin_creates_and_deletes_topics_through_a_broker(
                                           replication_factor=3)], operation_timeout=10)
     with pytest.raises(confluent_kafka.KafkaException, match=r"TOPIC_ALREADY_EXISTS|already exists"):
         again["made-by-admin"].result(timeout=30)
-    described = cluster.cli_json("topics", "describe", "--topic", "made-by-admin")
-    assert json.dumps(described).count("made-by-admin") >= 1
+    # Kafka's AdminClient: brokers learn of a created topic some time after CreateTopics
+    # succeeds (it commits on the controller); the describe reads a broker's metadata.
+    deadline = time.monotonic() + 10
+    while (done := cluster.cli("topics", "describe", "--topic", "made-by-admin", "--output",
+                               "json")).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.dumps(json.loads(done.stdout)).count("made-by-admin") >= 1
     deleted = admin.delete_topics(["made-by-admin"], operation_timeout=10)
     assert deleted["made-by-admin"].result(timeout=30) is None
     del admin  # librdkafka's handle goes now, not when the cluster is already down

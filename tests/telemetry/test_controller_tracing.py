@@ -276,6 +276,9 @@ class _Raft:
         self.next_offset = 5
         self.leading = True
 
+    def leader_next_offset(self, epoch: int) -> int | None:
+        return None  # no raft control records between the controller's writes here
+
     def propose_nowait(self, records: Sequence[bytes], *, epoch: int | None = None) -> int:
         if not self.leading:
             raise errors.NotLeaderError("not the leader", leader_id=2)
